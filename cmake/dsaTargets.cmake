@@ -1,0 +1,39 @@
+# The library targets. Everything is header-only: INTERFACE targets carry include paths,
+# the C++20 requirement and the dependencies.
+include(GNUInstallDirs)
+
+# dsa::dsa — core + ops + CPU backend (Eigen).
+add_library(dsa INTERFACE)
+add_library(dsa::dsa ALIAS dsa)
+target_include_directories(dsa INTERFACE
+  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+target_compile_features(dsa INTERFACE cxx_std_20)
+target_link_libraries(dsa INTERFACE Eigen3::Eigen Threads::Threads)
+
+# dsa::model — checkpoint loading (safetensors, config.json) and the reference forward pass.
+add_library(dsa_model INTERFACE)
+add_library(dsa::model ALIAS dsa_model)
+set_target_properties(dsa_model PROPERTIES EXPORT_NAME model)
+target_link_libraries(dsa_model INTERFACE dsa nlohmann_json::nlohmann_json)
+
+# dsa::cuda — the CUDA backend headers (.cuh need nvcc; launchers link cudart).
+if(CUDAToolkit_FOUND)
+  add_library(dsa_cuda INTERFACE)
+  add_library(dsa::cuda ALIAS dsa_cuda)
+  set_target_properties(dsa_cuda PROPERTIES EXPORT_NAME cuda)
+  target_link_libraries(dsa_cuda INTERFACE dsa CUDA::cudart)
+endif()
+
+# Flags for dsa's own tests, tools and benchmarks (never exported to users).
+add_library(dsa_dev_flags INTERFACE)
+target_compile_options(dsa_dev_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Werror>)
+if(DSA_NATIVE)
+  target_compile_options(dsa_dev_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+endif()
+if(DSA_SANITIZE)
+  target_compile_options(dsa_dev_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer>)
+  target_link_options(dsa_dev_flags INTERFACE -fsanitize=address,undefined)
+endif()

@@ -1,0 +1,47 @@
+// Backends are values; ops are dispatched on their type through op_impl<Backend, OpTag>.
+//
+// A backend type names its memory space (views of other spaces do not convert, so mixing host
+// and device memory is a compile error) and carries its execution resources: a thread count for
+// the CPU, a stream for CUDA (include/dsa/cuda/backend.hpp). It holds no Eigen and no CUDA
+// runtime state, so this header compiles everywhere.
+#pragma once
+
+#include <concepts>
+
+#include "dsa/core/config.hpp"
+#include "dsa/core/tensor_view.hpp"
+
+DSA_NAMESPACE_BEGIN
+
+/// The CPU backend. `num_threads` = 0 uses every hardware thread. Results are bit-identical for
+/// every thread count: work is split over independent output rows, never over a reduction.
+struct cpu_backend {
+  using memory_space = host_space;
+  static constexpr const char* name = "cpu";
+  int num_threads = 0;
+};
+
+/// The default CPU backend value: dsa::op(dsa::cpu, ...); dsa::cpu_backend{2} for two threads.
+inline constexpr cpu_backend cpu{};
+
+/// What every backend provides.
+template <class B>
+concept backend = requires {
+  typename B::memory_space;
+  { B::name } -> std::convertible_to<const char*>;
+};
+
+/// The views an op accepts on backend B: dsa::view_for<B, const float, 2>.
+template <class B, class T, std::size_t Rank>
+using view_for = tensor_view<T, Rank, typename B::memory_space>;
+
+/// Implementation of op `Op` on backend `Backend`: specialised in dsa/cpu and dsa/cuda with a
+/// static `run(const Backend&, ...)`. The primary template is left undefined on purpose.
+template <class Backend, class Op>
+struct op_impl;
+
+/// True when op_impl<Backend, Op> is defined in this translation unit.
+template <class Backend, class Op>
+concept has_op_impl = requires { sizeof(op_impl<Backend, Op>); };
+
+DSA_NAMESPACE_END
