@@ -7,6 +7,7 @@
 #pragma once
 
 #include <concepts>
+#include <type_traits>
 
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
@@ -31,9 +32,14 @@ concept backend = requires {
   { B::name } -> std::convertible_to<const char*>;
 };
 
-/// The views an op accepts on backend B: dsa::view_for<B, const float, 2>.
+/// An op's input on backend B: a view of const T in B's memory space. Written as a non-deduced
+/// context so that a view of mutable T converts to it at the call.
 template <class B, class T, std::size_t Rank>
-using view_for = tensor_view<T, Rank, typename B::memory_space>;
+using in_view = std::type_identity_t<tensor_view<const T, Rank, typename B::memory_space>>;
+
+/// An op's output on backend B.
+template <class B, class T, std::size_t Rank>
+using out_view = tensor_view<T, Rank, typename B::memory_space>;
 
 /// Implementation of op `Op` on backend `Backend`: specialised in dsa/cpu and dsa/cuda with a
 /// static `run(const Backend&, ...)`. The primary template is left undefined on purpose.

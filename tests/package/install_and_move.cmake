@@ -1,0 +1,23 @@
+# cmake -DBINARY_DIR=... -DPREFIX=... -DMOVED=... -P install_and_move.cmake
+file(REMOVE_RECURSE "${PREFIX}" "${MOVED}")
+execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BINARY_DIR}" --prefix "${PREFIX}" RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cmake --install failed: ${rc}")
+endif()
+foreach(f include/dsa/dsa.hpp share/cmake/dsa/dsaConfig.cmake share/cmake/dsa/dsaConfigVersion.cmake
+          share/cmake/dsa/dsaTargets.cmake)
+  if(NOT EXISTS "${PREFIX}/${f}")
+    message(FATAL_ERROR "installed tree lacks ${f}")
+  endif()
+endforeach()
+# Relocatable: nothing in the exported files may name the original prefix.
+file(GLOB _cmake_files "${PREFIX}/share/cmake/dsa/*.cmake")
+foreach(f IN LISTS _cmake_files)
+  file(READ "${f}" _text)
+  string(FIND "${_text}" "${PREFIX}" _pos)
+  if(NOT _pos EQUAL -1)
+    message(FATAL_ERROR "${f} hard-codes the install prefix ${PREFIX}")
+  endif()
+endforeach()
+file(RENAME "${PREFIX}" "${MOVED}")
+message(STATUS "dsa installed to ${PREFIX} and moved to ${MOVED}")
