@@ -29,7 +29,9 @@ template <class Body>
 void parallel_for(const cpu_backend& be, index_t n, index_t grain, Body&& body) {
   if (n <= 0) return;
   grain = std::max<index_t>(grain, 1);
-  const index_t max_chunks = (n + grain - 1) / grain;
+  // Rounded down, so that every chunk really is >= grain long (rounding up made 7 items with
+  // grain 3 into chunks of 2, 2 and 3).
+  const index_t max_chunks = std::max<index_t>(n / grain, 1);
   const index_t chunks = std::min<index_t>(thread_count(be), max_chunks);
   if (chunks <= 1) {
     body(index_t{0}, n);

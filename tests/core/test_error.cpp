@@ -1,0 +1,42 @@
+// dsa::error and the canonical message "dsa::<op>: <arg> = <value>; expected <what>".
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "dsa/core/error.hpp"
+
+static_assert(std::is_base_of_v<std::runtime_error, dsa::error>);
+
+TEST_CASE("dsa::error is a std::runtime_error carrying its message") {
+  try {
+    throw dsa::error("dsa::x: y = 1; expected 2");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()) == "dsa::x: y = 1; expected 2");
+  }
+  CHECK_THROWS_AS(dsa::fail("op", "arg", 3, "4"), std::runtime_error);
+  CHECK_THROWS_AS(dsa::fail("op", "arg", 3, "4"), dsa::error);
+}
+
+TEST_CASE("error_message formats op, argument, value and expectation") {
+  CHECK(dsa::error_message("hadamard_transform", "x.extent(1)", 100, "a power of two <= 32768") ==
+        "dsa::hadamard_transform: x.extent(1) = 100; expected a power of two <= 32768");
+  CHECK(dsa::error_message("op", "cfg.flag", true, "false") == "dsa::op: cfg.flag = true; expected false");
+  CHECK(dsa::error_message("op", "cfg.flag", false, "true") == "dsa::op: cfg.flag = false; expected true");
+  // One-byte integers print as numbers, not characters.
+  CHECK(dsa::error_message("op", "code", std::uint8_t{65}, "< 64") == "dsa::op: code = 65; expected < 64");
+  CHECK(dsa::error_message("op", "code", std::int8_t{-3}, ">= 0") == "dsa::op: code = -3; expected >= 0");
+  CHECK(dsa::error_message("op", "k", std::int64_t{1} << 40, "<= 2048") == "dsa::op: k = 1099511627776; expected <= 2048");
+  CHECK(dsa::error_message("op", "scale", 0.5f, "> 1") == "dsa::op: scale = 0.5; expected > 1");
+  CHECK(dsa::error_message("op", "dtype", std::string("BF16"), "F32") == "dsa::op: dtype = BF16; expected F32");
+  CHECK(dsa::error_message("op", "ptr", "null", "a non-null pointer") == "dsa::op: ptr = null; expected a non-null pointer");
+}
+
+TEST_CASE("fail throws, check throws only when the condition is false") {
+  CHECK_THROWS_WITH_AS(dsa::fail("topk_indices", "k", 0, ">= 1"), "dsa::topk_indices: k = 0; expected >= 1", dsa::error);
+  CHECK_NOTHROW(dsa::check(true, "topk_indices", "k", 0, ">= 1"));
+  CHECK_THROWS_WITH_AS(dsa::check(false, "topk_indices", "k", -5, ">= 1"), "dsa::topk_indices: k = -5; expected >= 1",
+                       dsa::error);
+}
