@@ -1,0 +1,108 @@
+// Walsh-Hadamard transform: the indexer's rotate_activation shape (n = 128, bf16, 64K rows,
+// scale 128^-0.5) and a long fp32 row (n = 4096). Baseline: the textbook scalar O(n log n)
+// butterfly loop, one row at a time on one thread (checked to give the op's exact bits).
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "dsa/cpu/hadamard.hpp"
+#include "dsa/ops/hadamard.hpp"
+
+namespace {
+
+template <class T>
+struct problem {
+  dsa::index_t rows, n;
+  std::vector<T> x;
+  problem(dsa::index_t r, dsa::index_t cols) : rows(r), n(cols), x(static_cast<std::size_t>(r * cols)) {
+    std::mt19937_64 rng(42);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (auto& v : x) v = dsa::from_float<T>(d(rng));
+  }
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(n)); }
+  double bytes() const { return 2.0 * static_cast<double>(x.size()) * sizeof(T); }  // read + write
+  double flops() const { return static_cast<double>(rows) * static_cast<double>(n) * std::log2(static_cast<double>(n)); }
+};
+
+const problem<dsa::bf16>& bf16_128() {
+  static const problem<dsa::bf16> p(65536, 128);
+  return p;
+}
+const problem<float>& f32_4096() {
+  static const problem<float> p(1024, 4096);
+  return p;
+}
+
+template <class T>
+void set_counters(benchmark::State& state, const problem<T>& p) {
+  state.counters["bytes/s"] = benchmark::Counter(p.bytes(), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] = benchmark::Counter(p.flops(), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The straightforward transform: per row, widen to fp32, log2(n) butterfly passes, scale, narrow.
+template <class T>
+void scalar_fwht(const problem<T>& p, T* y) {
+  std::vector<float> row(static_cast<std::size_t>(p.n));
+  const float scale = p.scale();
+  for (dsa::index_t r = 0; r < p.rows; ++r) {
+    const T* xr = p.x.data() + r * p.n;
+    for (dsa::index_t j = 0; j < p.n; ++j) row[static_cast<std::size_t>(j)] = dsa::to_float(xr[j]);
+    for (dsa::index_t h = 1; h < p.n; h *= 2) {
+      for (dsa::index_t i = 0; i < p.n; i += 2 * h) {
+        for (dsa::index_t j = i; j < i + h; ++j) {
+          const float a = row[static_cast<std::size_t>(j)], b = row[static_cast<std::size_t>(j + h)];
+          row[static_cast<std::size_t>(j)] = a + b;
+          row[static_cast<std::size_t>(j + h)] = a - b;
+        }
+      }
+    }
+    for (dsa::index_t j = 0; j < p.n; ++j) y[r * p.n + j] = dsa::from_float<T>(row[static_cast<std::size_t>(j)] * scale);
+  }
+}
+
+// Arg: threads (0 = every hardware thread).
+template <class T>
+void run_op(benchmark::State& state, const problem<T>& p) {
+  std::vector<T> y(p.x.size());
+  const dsa::cpu_backend be{static_cast<int>(state.range(0))};
+  for (auto _ : state) {
+    dsa::hadamard_transform(be, dsa::make_view(p.x.data(), {p.rows, p.n}), dsa::make_view(y.data(), {p.rows, p.n}), p.scale());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, p);
+}
+
+template <class T>
+void run_baseline(benchmark::State& state, const problem<T>& p) {
+  std::vector<T> y(p.x.size()), want(p.x.size());
+  dsa::hadamard_transform(dsa::cpu, dsa::make_view(p.x.data(), {p.rows, p.n}), dsa::make_view(want.data(), {p.rows, p.n}),
+                          p.scale());
+  scalar_fwht(p, y.data());
+  if (std::memcmp(y.data(), want.data(), y.size() * sizeof(T)) != 0) {
+    state.SkipWithError("the scalar baseline disagrees with dsa::hadamard_transform");
+    return;
+  }
+  for (auto _ : state) {
+    scalar_fwht(p, y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, p);
+}
+
+void BM_hadamard_bf16_n128(benchmark::State& state) { run_op(state, bf16_128()); }
+void BM_hadamard_bf16_n128_scalar_baseline(benchmark::State& state) { run_baseline(state, bf16_128()); }
+void BM_hadamard_f32_n4096(benchmark::State& state) { run_op(state, f32_4096()); }
+void BM_hadamard_f32_n4096_scalar_baseline(benchmark::State& state) { run_baseline(state, f32_4096()); }
+
+BENCHMARK(BM_hadamard_bf16_n128)->ArgName("threads")->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_hadamard_bf16_n128_scalar_baseline)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_hadamard_f32_n4096)->ArgName("threads")->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_hadamard_f32_n4096_scalar_baseline)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
+
+}  // namespace
