@@ -1,0 +1,79 @@
+// The arithmetic of the indexer's KL losses (DESIGN.md §3.6, paper eqs. 3 and 4), shared by
+// every backend.
+//
+// For a query row t over a key set S_t (its causal range, or its top-k selection):
+//   p_t = head-summed attention probabilities on S_t, L1-normalised on S_t (sum 1; all zero when
+//         the head sum is zero on S_t);
+//   q_t = softmax(I_t) on S_t;
+//   L_t = sum_{s in S_t, p > 0} p log(p / q);     dL_t/dI[t,s] = q[s] · sum(p_t) - p[s].
+// sum(p_t) is 1 after normalisation, or 0 for a row with no attention mass, whose loss and
+// gradient are then 0. A key with p > 0 and I = -inf has q = 0 and makes the loss +inf (the
+// gradient stays finite: q · 1 - p = -p); if every I of a row is -inf, q is 0 on the whole row.
+#pragma once
+
+#include "dsa/core/config.hpp"
+#include "dsa/core/types.hpp"
+#include "dsa/numerics/online_softmax.hpp"
+
+DSA_NAMESPACE_BEGIN
+
+/// The softmax of a row of index scores, reduced to what every element needs.
+struct kl_softmax_stats {
+  float max = -HUGE_VALF;  ///< max of the row's index scores
+  float sum = 0.0f;        ///< sum of exp(I - max); 0 when every score is -inf
+  float log_sum = -HUGE_VALF;
+};
+
+/// Stats from the maximum and the sum of exp(I - max), accumulated by the caller (in double on
+/// the CPU backend).
+DSA_HOST_DEVICE DSA_FORCEINLINE kl_softmax_stats kl_make_softmax_stats(float max, float sum) {
+  kl_softmax_stats st;
+  st.max = max;
+  st.sum = sum;
+  st.log_sum = sum > 0.0f ? detail::log_f32(sum) : detail::neg_inf_f32();
+  return st;
+}
+
+/// exp(I - max), the summand of kl_softmax_stats::sum; 0 when the row has no finite score.
+DSA_HOST_DEVICE DSA_FORCEINLINE float kl_softmax_weight(float max, float index_score) {
+  if (max == detail::neg_inf_f32()) return 0.0f;
+  return detail::exp_f32(index_score - max);
+}
+
+/// q = softmax(I)[s] from the weight exp(I - max) already computed for the sum.
+DSA_HOST_DEVICE DSA_FORCEINLINE float kl_softmax_q_from_weight(const kl_softmax_stats& st, float weight) {
+  if (!(st.sum > 0.0f)) return 0.0f;
+  return detail::div_rn(weight, st.sum);
+}
+
+/// q = softmax(I)[s].
+DSA_HOST_DEVICE DSA_FORCEINLINE float kl_softmax_q(const kl_softmax_stats& st, float index_score) {
+  return kl_softmax_q_from_weight(st, kl_softmax_weight(st.max, index_score));
+}
+
+/// log q = I - max - log(sum); -inf where q is 0 by definition.
+DSA_HOST_DEVICE DSA_FORCEINLINE float kl_log_q(const kl_softmax_stats& st, float index_score) {
+  if (!(st.sum > 0.0f) || index_score == detail::neg_inf_f32()) return detail::neg_inf_f32();
+  return (index_score - st.max) - st.log_sum;
+}
+
+/// p_t[s] from the head sum at s and the row total of head sums (IEEE division); 0 for a row
+/// without attention mass.
+DSA_HOST_DEVICE DSA_FORCEINLINE float kl_normalize_p(float head_sum, float row_total) {
+  if (!(row_total > 0.0f)) return 0.0f;
+  return detail::div_rn(head_sum, row_total);
+}
+
+/// One term p · (log p - log q) of the loss; exactly 0 for p = 0 (whatever q), +inf for p > 0
+/// with q = 0.
+DSA_HOST_DEVICE DSA_FORCEINLINE float kl_term(float p, float log_q) {
+  if (!(p > 0.0f)) return 0.0f;
+  return p * (detail::log_f32(p) - log_q);
+}
+
+/// dL/dI[t,s] = q · sum(p_t) - p, with sum(p_t) = 1 for a row with attention mass, else 0.
+DSA_HOST_DEVICE DSA_FORCEINLINE float kl_grad(float q, float p, bool row_has_mass) {
+  return row_has_mass ? q - p : 0.0f;
+}
+
+DSA_NAMESPACE_END
