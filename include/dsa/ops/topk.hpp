@@ -1,0 +1,142 @@
+// Top-k selection and row gathering (DESIGN.md §3.4).
+//
+// topk_indices: per row, the k largest scores inside the row's range [start, end), as int32
+// column indices in ASCENDING index order, padded with -1 when fewer than k are selectable.
+// NaN and -inf are never selected; ties go to the smaller index; -0.0 and +0.0 tie (see
+// dsa/numerics/topk.hpp). O(n) per row by radix select on order-preserving keys.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "dsa/core/backend.hpp"
+#include "dsa/core/config.hpp"
+#include "dsa/core/dispatch.hpp"
+#include "dsa/core/error.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/numerics/topk.hpp"
+#include "dsa/ops/row_ranges.hpp"
+
+DSA_NAMESPACE_BEGIN
+
+/// Op tags (op_impl<Backend, tag> implements them).
+struct topk_indices_op {};
+struct topk_indices_paged_op {};
+struct gather_rows_op {};
+
+namespace detail {
+
+template <class Space>
+void check_topk_common(std::string_view op, const tensor_view<const float, 2, Space>& scores,
+                       const tensor_view<const std::int32_t, 2, Space>& ranges, index_t k,
+                       const tensor_view<std::int32_t, 2, Space>& out, std::string_view out_name) {
+  check_valid(op, "scores", scores);
+  check_inner_contiguous(op, "scores", scores);
+  const index_t m = scores.extent(0);
+  const index_t n = scores.extent(1);
+  // Selected positions are returned as int32.
+  check(n <= std::numeric_limits<std::int32_t>::max(), op, "scores.extent(1)", n, "<= 2^31 - 1 (int32 indices)");
+  check(k >= 1, op, "k", k, ">= 1");
+  check_row_ranges(op, ranges, m, n);
+  check_valid(op, out_name, out);
+  check_extent(op, out_name, out, 0, m, "scores.extent(0), one row per score row");
+  check_extent(op, out_name, out, 1, k, "k");
+  check_inner_contiguous(op, out_name, out);
+}
+
+}  // namespace detail
+
+/// indices [m, k] = the k best columns of each row of scores [m, n] within ranges [m, 2],
+/// ascending, -1 padded. k >= 1; k may exceed a row's range.
+template <backend B>
+void topk_indices(const B& be, in_view<B, float, 2> scores, in_view<B, std::int32_t, 2> ranges, index_t k,
+                  out_view<B, std::int32_t, 2> indices) {
+  detail::check_topk_common("topk_indices", scores, ranges, k, indices, "indices");
+  dispatch<topk_indices_op>(be, scores, ranges, k, indices);
+}
+
+/// The selection of topk_indices mapped through a page table to physical cache slots:
+/// logical position p of row t becomes block_table(t, p / block_size) * block_size +
+/// p % block_size; -1 padding stays -1; order is ascending LOGICAL position.
+/// block_table [m, max_blocks], block_size >= 1, scores.extent(1) <= max_blocks * block_size.
+/// For host memory the block-table entries of every block a row's range covers are checked to
+/// be >= 0 and to give slots that fit int32 (the op sees no cache, so slots are not checked
+/// against a cache size: the consumer, e.g. gather_rows, checks them).
+template <backend B>
+void topk_indices_paged(const B& be, in_view<B, float, 2> scores, in_view<B, std::int32_t, 2> ranges, index_t k,
+                        in_view<B, std::int32_t, 2> block_table, index_t block_size,
+                        out_view<B, std::int32_t, 2> slots) {
+  constexpr std::string_view op = "topk_indices_paged";
+  detail::check_topk_common(op, scores, ranges, k, slots, "slots");
+  check(block_size >= 1, op, "block_size", block_size, ">= 1");
+  check_valid(op, "block_table", block_table);
+  const index_t m = scores.extent(0);
+  const index_t n = scores.extent(1);
+  check_extent(op, "block_table", block_table, 0, m, "scores.extent(0), one page-table row per score row");
+  check_inner_contiguous(op, "block_table", block_table);
+  const index_t max_blocks = block_table.extent(1);
+  const index_t blocks_needed = n / block_size + (n % block_size != 0 ? 1 : 0);
+  if (blocks_needed > max_blocks) {
+    fail(op, "scores.extent(1)", n,
+         "<= block_table.extent(1) * block_size = " + std::to_string(max_blocks) + " * " +
+             std::to_string(block_size));
+  }
+  if constexpr (detail::host_readable_v<typename B::memory_space>) {
+    constexpr index_t int32_max = std::numeric_limits<std::int32_t>::max();
+    for (index_t t = 0; t < m; ++t) {
+      const index_t start = ranges(t, 0);
+      const index_t end = ranges(t, 1);
+      if (start == end) continue;
+      for (index_t b = start / block_size; b <= (end - 1) / block_size; ++b) {
+        const index_t entry = block_table(t, b);
+        const index_t last = std::min(end, (b + 1) * block_size) - 1 - b * block_size;
+        const index_t max_entry = (int32_max - last) / block_size;
+        if (entry < 0 || entry > max_entry) {
+          fail(op, "block_table" + detail::index_string(t, b), entry,
+               "a block index in [0, " + std::to_string(max_entry) + "] (row " + std::to_string(t) +
+                   " covers logical positions [" + std::to_string(std::max(start, b * block_size)) + ", " +
+                   std::to_string(b * block_size + last) + "] through it; slots must fit int32)");
+        }
+      }
+    }
+  }
+  dispatch<topk_indices_paged_op>(be, scores, ranges, k, block_table, block_size, slots);
+}
+
+/// dst[t, j, :] = src[indices(t, j), :], zeros where indices(t, j) == -1.
+///   src [n, d], indices [m, k] int32, dst [m, k, d]; T any trivially copyable element type
+///   (float, bf16, uint8_t cache rows, ...). Any index other than -1 outside [0, n) is an error,
+///   detected (for host memory) before anything is written.
+template <backend B, class T>
+void gather_rows(const B& be, in_view<B, T, 2> src, in_view<B, std::int32_t, 2> indices, out_view<B, T, 3> dst) {
+  static_assert(std::is_trivially_copyable_v<T>, "dsa::gather_rows: T must be trivially copyable");
+  constexpr std::string_view op = "gather_rows";
+  check_valid(op, "src", src);
+  check_inner_contiguous(op, "src", src);
+  check_valid(op, "indices", indices);
+  check_inner_contiguous(op, "indices", indices);
+  check_valid(op, "dst", dst);
+  check_extent(op, "dst", dst, 0, indices.extent(0), "indices.extent(0)");
+  check_extent(op, "dst", dst, 1, indices.extent(1), "indices.extent(1)");
+  check_extent(op, "dst", dst, 2, src.extent(1), "src.extent(1), the row length");
+  check_inner_contiguous(op, "dst", dst);
+  if constexpr (detail::host_readable_v<typename B::memory_space>) {
+    const index_t n = src.extent(0);
+    for (index_t t = 0; t < indices.extent(0); ++t) {
+      for (index_t j = 0; j < indices.extent(1); ++j) {
+        const index_t i = indices(t, j);
+        if (i != -1 && (i < 0 || i >= n)) {
+          fail(op, "indices" + detail::index_string(t, j), i,
+               "-1 (unused) or a row in [0, " + std::to_string(n) + ") of src");
+        }
+      }
+    }
+  }
+  dispatch<gather_rows_op>(be, src, indices, dst);
+}
+
+DSA_NAMESPACE_END
