@@ -23,6 +23,9 @@ if(CUDAToolkit_FOUND)
   add_library(dsa::cuda ALIAS dsa_cuda)
   set_target_properties(dsa_cuda PROPERTIES EXPORT_NAME cuda)
   target_link_libraries(dsa_cuda INTERFACE dsa CUDA::cudart)
+  # A usage requirement of the headers, not a preference: tensor_view's __host__ __device__
+  # members call std::array's constexpr accessors, which device code may call only with this flag.
+  target_compile_options(dsa_cuda INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
 endif()
 
 # Flags for dsa's own tests, tools and benchmarks (never exported to users).

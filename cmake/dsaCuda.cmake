@@ -1,0 +1,59 @@
+# The CUDA backend's build (DSA_ENABLE_CUDA=ON): nvcc as the CUDA compiler, C++20, and the flags
+# of dsa's own CUDA targets (tests, tools, benchmarks).
+include_guard(GLOBAL)
+
+# Hopper first (the V3.2 kernels' home), Ampere as the widest deployed target. Set before
+# enable_language, which would otherwise pick nvcc's default (sm_75 for CUDA 13).
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
+  set(CMAKE_CUDA_ARCHITECTURES "90;80" CACHE STRING "CUDA architectures to build dsa's CUDA targets for")
+endif()
+# CMake does not look in the toolkit's default prefix unless nvcc is on PATH or CUDACXX is set.
+if(NOT DEFINED CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS "/usr/local/cuda/bin/nvcc")
+  find_program(_dsa_nvcc nvcc)
+  if(NOT _dsa_nvcc)
+    set(CMAKE_CUDA_COMPILER "/usr/local/cuda/bin/nvcc" CACHE FILEPATH "CUDA compiler")
+  endif()
+  unset(_dsa_nvcc CACHE)
+endif()
+
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+
+if(CMAKE_CUDA_COMPILER_ID STREQUAL "NVIDIA" AND CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.0)
+  message(FATAL_ERROR "dsa: the CUDA backend needs nvcc >= 12.0 (C++20); found ${CMAKE_CUDA_COMPILER_VERSION}")
+endif()
+# CMake < 3.26 does not know nvcc's C++20 flag; nvcc >= 12 has it.
+if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION OR CMAKE_CUDA20_STANDARD_COMPILE_OPTION STREQUAL "")
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+endif()
+
+if(NOT TARGET dsa_cuda)
+  message(FATAL_ERROR "dsa: DSA_ENABLE_CUDA=ON but the CUDA toolkit (CUDAToolkit) was not found")
+endif()
+
+option(DSA_CUDA_PTXAS_VERBOSE "Print ptxas' register, spill and shared-memory report for dsa's kernels" OFF)
+
+# Flags of dsa's own CUDA code (never exported): every nvcc warning is an error, the host
+# compiler warns as for the .cpp files.
+add_library(dsa_cuda_dev_flags INTERFACE)
+target_compile_options(dsa_cuda_dev_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>)
+if(DSA_CUDA_PTXAS_VERBOSE)
+  target_compile_options(dsa_cuda_dev_flags INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
+endif()
+
+# dsa_cuda_target(<target>): C++20 CUDA, dsa::cuda and the dev flags for one of dsa's own targets.
+function(dsa_cuda_target target)
+  set_target_properties(${target} PROPERTIES
+    CUDA_STANDARD 20
+    CUDA_STANDARD_REQUIRED ON
+    CUDA_EXTENSIONS OFF)
+  target_link_libraries(${target} PRIVATE dsa_cuda_dev_flags)
+  get_target_property(_type ${target} TYPE)
+  if(_type STREQUAL "STATIC_LIBRARY" OR _type STREQUAL "OBJECT_LIBRARY")
+    target_link_libraries(${target} PUBLIC dsa::cuda)
+  else()
+    target_link_libraries(${target} PRIVATE dsa::cuda)
+  endif()
+endfunction()

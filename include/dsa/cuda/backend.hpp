@@ -1,0 +1,49 @@
+// The CUDA backend value and device discovery.
+//
+// dsa::cuda_backend{stream} runs every op asynchronously on `stream` (nullptr = the legacy default
+// stream) on the current device. Ops never allocate and never synchronise: scratch memory comes
+// from the caller through *_workspace_size() and a workspace view, results are ready once the
+// stream reaches them. Views are device views (dsa::device_view), so handing host memory to this
+// backend is a compile error.
+//
+// Host-only, and plain C++ apart from <cuda_runtime_api.h>: g++ compiles it (the op
+// implementations that launch kernels are .cuh and need nvcc).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "dsa/core/backend.hpp"
+#include "dsa/core/config.hpp"
+#include "dsa/core/tensor_view.hpp"
+
+DSA_NAMESPACE_BEGIN
+
+/// The CUDA backend: a stream on the current device.
+struct cuda_backend {
+  using memory_space = device_space;
+  static constexpr const char* name = "cuda";
+  cudaStream_t stream = nullptr;
+};
+
+static_assert(backend<cuda_backend>);
+
+/// Number of CUDA devices usable by this process; 0 when there is no GPU, no driver, or a driver
+/// too old for this runtime. Never throws.
+inline int device_count() noexcept {
+  int n = 0;
+  const cudaError_t status = cudaGetDeviceCount(&n);
+  if (status != cudaSuccess) {
+    // The answer is "none". Without a driver (cudaErrorInsufficientDriver) or a device
+    // (cudaErrorNoDevice) the runtime's failed initialisation is permanent and every later call
+    // reports it anyway; clearing the last error matters only for transient failures, which must
+    // not resurface from an unrelated DSA_CUDA_CHECK_LAUNCH().
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+/// True when at least one CUDA device is usable. Never throws.
+inline bool has_device() noexcept { return device_count() > 0; }
+
+DSA_NAMESPACE_END

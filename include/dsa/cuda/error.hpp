@@ -1,0 +1,67 @@
+// dsa::cuda_error and DSA_CUDA_CHECK: every CUDA runtime failure becomes an exception that names
+// the call, where it was made and what the runtime said.
+//
+// Host-only (exceptions, std::string), but needs nothing beyond <cuda_runtime_api.h>, a plain C
+// header: g++ compiles it, so engines that never run nvcc can still use dsa's CUDA memory helpers.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <string_view>
+
+#include "dsa/core/config.hpp"
+#include "dsa/core/error.hpp"
+
+DSA_NAMESPACE_BEGIN
+
+/// A CUDA runtime call failed. Derives from dsa::error, so `catch (const dsa::error&)` sees every
+/// dsa failure; code() gives the cudaError_t for callers that want to react to a specific one
+/// (cudaErrorMemoryAllocation, ...).
+class cuda_error : public error {
+ public:
+  cuda_error(cudaError_t code, const std::string& message) : error(message), code_(code) {}
+  cudaError_t code() const noexcept { return code_; }
+
+ private:
+  cudaError_t code_;
+};
+
+namespace detail {
+
+/// "dsa::cuda: cudaMalloc(&p, n) = cudaErrorMemoryAllocation (out of memory); expected cudaSuccess
+/// (at file.cpp:42)" — the canonical dsa message, with the call in the argument's place.
+inline std::string cuda_error_message(cudaError_t code, std::string_view call, const char* file, int line) {
+  // cudaGetErrorName/String are table look-ups: they work without a driver and never fail.
+  std::string value = cudaGetErrorName(code);
+  value += " (";
+  value += cudaGetErrorString(code);
+  value += ")";
+  std::string expected = "cudaSuccess (at ";
+  expected += file;
+  expected += ":";
+  expected += std::to_string(line);
+  expected += ")";
+  return error_message("cuda", call, value, expected);
+}
+
+[[noreturn]] inline void throw_cuda_error(cudaError_t code, std::string_view call, const char* file, int line) {
+  throw cuda_error(code, cuda_error_message(code, call, file, line));
+}
+
+}  // namespace detail
+
+DSA_NAMESPACE_END
+
+/// Evaluates a CUDA runtime call once and throws dsa::cuda_error unless it returned cudaSuccess.
+#define DSA_CUDA_CHECK(expr)                                                          \
+  do {                                                                                \
+    const cudaError_t dsa_cuda_check_status_ = (expr);                                \
+    if (dsa_cuda_check_status_ != cudaSuccess) {                                      \
+      ::dsa::detail::throw_cuda_error(dsa_cuda_check_status_, #expr, __FILE__, __LINE__); \
+    }                                                                                 \
+  } while (0)
+
+/// After a <<<...>>> launch: a bad configuration (too many threads, too much shared memory) is
+/// reported only through cudaGetLastError, which this reads (and so clears, as it is ours).
+#define DSA_CUDA_CHECK_LAUNCH() DSA_CUDA_CHECK(cudaGetLastError())

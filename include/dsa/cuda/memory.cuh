@@ -1,0 +1,6 @@
+// device_buffer<T> and the host <-> device copies under the name DESIGN.md's layout gives them.
+// The implementation is host-only C++ in memory.hpp, so that g++-only translation units can use
+// it too.
+#pragma once
+
+#include "dsa/cuda/memory.hpp"

@@ -1,0 +1,36 @@
+// What every CUDA doctest test uses: the device check that turns a missing GPU into a clean,
+// reported skip instead of a failure.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include "dsa/cuda/backend.hpp"
+
+namespace dsa_test {
+
+/// ctest's SKIP_RETURN_CODE for the CUDA tests (the Automake convention).
+inline constexpr int skip_return_code = 77;
+
+/// Test cases that skipped for want of a device in this process (read by cuda_test_main.cpp).
+inline int& skipped_cuda_cases() {
+  static int n = 0;
+  return n;
+}
+
+/// Asked once per process: the answer cannot change while it runs.
+inline bool cuda_device_present() {
+  static const bool present = dsa::has_device();
+  return present;
+}
+
+}  // namespace dsa_test
+
+/// First statement of a test case that needs a GPU: without one, report and leave the case.
+#define DSA_TEST_REQUIRE_CUDA_DEVICE()                                  \
+  do {                                                                  \
+    if (!::dsa_test::cuda_device_present()) {                           \
+      MESSAGE("SKIPPED: no CUDA device (dsa::device_count() == 0)");    \
+      ++::dsa_test::skipped_cuda_cases();                               \
+      return;                                                           \
+    }                                                                   \
+  } while (0)
