@@ -1,0 +1,261 @@
+// The dsa_validate command line: exit codes (0 pass, 1 failed comparison, 2 usage / I/O /
+// malformed input) and messages, run as a child process on good, perturbed and broken files.
+#include <doctest/doctest.h>
+
+#ifndef DSA_VALIDATE_EXE
+
+TEST_CASE("dsa_validate command line (skipped: built without DSA_BUILD_TOOLS)") {
+  MESSAGE("dsa_validate is not built in this configuration; its command-line tests are skipped");
+}
+
+#else
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "dsa/model/safetensors.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path golden_path = fs::path(DSA_TEST_DATA_DIR) / "primitives.safetensors";
+
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("dsa_test_validate_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  fs::path operator/(const std::string& name) const { return path / name; }
+};
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_file(const fs::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      q += "'\\''";
+    } else {
+      q += c;
+    }
+  }
+  q += '\'';
+  return q;
+}
+
+struct run_result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+run_result run_tool(const temp_dir& dir, const std::vector<std::string>& args) {
+  std::string cmd = shell_quote(DSA_VALIDATE_EXE);
+  for (const std::string& a : args) {
+    cmd += ' ';
+    cmd += shell_quote(a);
+  }
+  const fs::path out = dir / "output.txt";
+  cmd += " > ";
+  cmd += shell_quote(out.string());
+  cmd += " 2>&1";
+  const int status = std::system(cmd.c_str());
+  run_result r;
+  REQUIRE(status != -1);
+  REQUIRE(WIFEXITED(status));  // a crash (signal) is never an acceptable answer
+  r.exit_code = WEXITSTATUS(status);
+  r.output = read_file(out);
+  return r;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("dsa_validate passes the golden file and exits 0") {
+  temp_dir dir;
+  const auto r = run_tool(dir, {golden_path.string(), "--threads", "2"});
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.output, "backend cpu (2 threads)"));
+  for (const char* g : {"hadamard ", "hadamard_f32 ", "act_quant ", "weight_quant ", "indexer ", "topk ", "sparse_mla ",
+                        "kl_dense ", "kl_sparse "}) {
+    CHECK_MESSAGE(contains(r.output, std::string(g)), g);
+  }
+  CHECK(contains(r.output, "9 groups: 9 passed, 0 failed"));
+  CHECK_FALSE(contains(r.output, "FAIL"));
+}
+
+TEST_CASE("dsa_validate --dump writes every output under the expected names, and the dump validates") {
+  temp_dir dir;
+  const fs::path dump = dir / "dump.safetensors";
+  const auto r = run_tool(dir, {golden_path.string(), "--dump", dump.string()});
+  CAPTURE(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto golden = dsa::safetensors_file::open(golden_path);
+  const auto d = dsa::safetensors_file::open(dump);
+  CHECK(d.tensors().size() == golden.tensors().size());
+  for (const dsa::tensor_info& t : golden.tensors()) {
+    CAPTURE(t.name);
+    REQUIRE(d.contains(t.name));
+    CHECK(d.at(t.name).description() == t.description());
+  }
+  // Bit-exact groups reproduce the expected bytes exactly.
+  for (const char* name :
+       {"topk.indices", "weight_quant.q", "weight_quant.s", "act_quant.ue8m0.q", "act_quant.fp32.s"}) {
+    const auto a = golden.bytes(name), b = d.bytes(name);
+    CHECK_MESSAGE(std::equal(a.begin(), a.end(), b.begin(), b.end()), name);
+  }
+  CHECK(d.metadata().at("dsa_validate.backend") == "cpu");
+  CHECK(d.metadata().at("seed") == "7");
+  const auto again = run_tool(dir, {dump.string()});
+  CAPTURE(again.output);
+  CHECK(again.exit_code == 0);
+}
+
+TEST_CASE("dsa_validate exits 1 when a comparison fails") {
+  temp_dir dir;
+  const auto golden = dsa::safetensors_file::open(golden_path);
+  std::vector<dsa::safetensors_entry> entries;
+  std::vector<std::int32_t> indices;
+  for (const dsa::tensor_info& t : golden.tensors()) {
+    if (!t.name.starts_with("topk.")) continue;
+    dsa::safetensors_entry e{t.name, t.type, t.shape, golden.bytes(t)};
+    if (t.name == "topk.indices") {
+      const auto v = golden.view<std::int32_t, 2>(t);
+      indices.assign(v.data_handle(), v.data_handle() + v.size());
+      indices[3] = indices[3] == 0 ? 1 : 0;
+      e.data = std::as_bytes(std::span<const std::int32_t>(indices));
+    }
+    entries.push_back(e);
+  }
+  const fs::path p = dir / "bad_topk.safetensors";
+  dsa::write_safetensors(p, entries);
+  const auto r = run_tool(dir, {p.string()});
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.output, "topk         FAIL  topk.indices: mismatches 1 EXCEEDS (tol 0)"));
+  CHECK(contains(r.output, "1 group: 0 passed, 1 failed"));
+}
+
+TEST_CASE("dsa_validate exits 2 with a clear message on missing, truncated and malformed files") {
+  temp_dir dir;
+  SUBCASE("missing file") {
+    const auto r = run_tool(dir, {(dir / "nope.safetensors").string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "nope.safetensors: cannot open: No such file or directory"));
+  }
+  SUBCASE("truncated copy") {
+    const std::string full = read_file(golden_path);
+    const fs::path p = dir / "truncated.safetensors";
+    write_file(p, full.substr(0, full.size() / 2));
+    const auto r = run_tool(dir, {p.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "the file is truncated or the header is wrong"));
+  }
+  SUBCASE("malformed header") {
+    const std::string json = "{\"hadamard.x\": {\"dtype\": \"BF16\", \"shape\": [64, 128]";
+    std::string bytes(8, '\0');
+    bytes[0] = static_cast<char>(json.size());
+    const fs::path p = dir / "malformed.safetensors";
+    write_file(p, bytes + json);
+    const auto r = run_tool(dir, {p.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "header is not valid JSON"));
+  }
+  SUBCASE("no known group") {
+    const std::vector<float> v = {1, 2, 3};
+    const fs::path p = dir / "other.safetensors";
+    dsa::write_safetensors(p, std::vector<dsa::safetensors_entry>{
+                                  {"foo.x", dsa::dtype::f32, {3}, std::as_bytes(std::span<const float>(v))}});
+    const auto r = run_tool(dir, {p.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "ignoring tensors of unknown group 'foo'"));
+    CHECK(contains(r.output, "no known case group"));
+  }
+  SUBCASE("a group missing an input") {
+    const auto golden = dsa::safetensors_file::open(golden_path);
+    std::vector<dsa::safetensors_entry> entries;
+    for (const dsa::tensor_info& t : golden.tensors()) {
+      if (t.name.starts_with("hadamard.") && t.name != "hadamard.x")
+        entries.push_back({t.name, t.type, t.shape, golden.bytes(t)});
+      if (t.name.starts_with("topk.")) entries.push_back({t.name, t.type, t.shape, golden.bytes(t)});
+    }
+    const fs::path p = dir / "no_input.safetensors";
+    dsa::write_safetensors(p, entries);
+    const auto r = run_tool(dir, {p.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "hadamard     ERROR"));
+    CHECK(contains(r.output, "tensor 'hadamard.x' is missing"));
+    CHECK(contains(r.output, "topk         PASS"));  // the other groups still run
+  }
+}
+
+TEST_CASE("dsa_validate usage errors exit 2") {
+  temp_dir dir;
+  const std::string g = golden_path.string();
+  struct usage_case {
+    std::vector<std::string> args;
+    const char* message;
+  };
+  for (const auto& [args, message] : std::vector<usage_case>{
+           {{}, "no input file"},
+           {{g, "--backend", "tpu"}, "--backend = tpu; expected cpu or cuda"},
+           {{g, "--backend"}, "--backend needs a value"},
+           {{g, "--threads", "0"}, "--threads = 0; expected an integer in [1, 4096]"},
+           {{g, "--threads", "2x"}, "--threads = 2x"},
+           {{g, "--frobnicate"}, "unknown option --frobnicate"},
+           {{g, g}, "more than one input file"},
+       }) {
+    const auto r = run_tool(dir, args);
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, message));
+    CHECK(contains(r.output, "usage: dsa_validate"));
+  }
+  const auto help = run_tool(dir, {"--help"});
+  CHECK(help.exit_code == 0);
+  CHECK(contains(help.output, "usage: dsa_validate"));
+}
+
+TEST_CASE("dsa_validate --backend cuda says the CUDA backend is not available") {
+  temp_dir dir;
+  const auto r = run_tool(dir, {golden_path.string(), "--backend", "cuda"});
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.output, "the CUDA backend is not available in this build"));
+}
+
+#endif

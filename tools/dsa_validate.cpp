@@ -1,0 +1,216 @@
+// dsa_validate: runs the case groups of a golden-format safetensors file through dsa's public
+// ops and compares with the expected outputs under each group's tolerance (docs/validation.md).
+//
+//   dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N]
+//
+// Exit codes: 0 every group ran and passed; 1 a comparison failed; 2 usage, I/O or a malformed
+// file (including a group that lacks a tensor it needs, and a file with no known group).
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dsa/core/config.hpp"
+#include "dsa/cpu/parallel.hpp"
+#include "dsa/model/safetensors.hpp"
+#include "validate/primitive_cases.hpp"
+
+namespace {
+
+constexpr int exit_pass = 0;
+constexpr int exit_fail = 1;
+constexpr int exit_error = 2;
+
+const char* const usage_text =
+    "usage: dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N]\n"
+    "\n"
+    "Runs every case group found in FILE (hadamard, hadamard_f32, act_quant, weight_quant, indexer,\n"
+    "topk, sparse_mla, kl_dense, kl_sparse) through dsa's ops and compares with the file's expected\n"
+    "outputs under each group's tolerance. See docs/validation.md.\n"
+    "\n"
+    "  --backend cpu|cuda   backend to run the ops on (default cpu)\n"
+    "  --threads N          CPU threads, N >= 1 (default: every hardware thread)\n"
+    "  --dump OUT           write the group inputs and the computed outputs, under the expected\n"
+    "                       outputs' names, to OUT (a golden-format file)\n"
+    "  -h, --help           this text\n"
+    "\n"
+    "exit status: 0 all groups pass, 1 a comparison failed, 2 usage, I/O or malformed-file error\n";
+
+struct options {
+  std::filesystem::path file;
+  std::string backend = "cpu";
+  std::filesystem::path dump;
+  int threads = 0;
+};
+
+struct usage_error {
+  std::string message;
+};
+
+options parse_args(int argc, char** argv) {
+  options o;
+  bool have_file = false;
+  auto value = [&](int& i, std::string_view flag) -> std::string {
+    if (i + 1 >= argc) throw usage_error{std::string(flag) + " needs a value"};
+    return argv[++i];
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << usage_text;
+      std::exit(exit_pass);
+    } else if (a == "--backend") {
+      o.backend = value(i, a);
+      if (o.backend != "cpu" && o.backend != "cuda") {
+        throw usage_error{"--backend = " + o.backend + "; expected cpu or cuda"};
+      }
+    } else if (a == "--dump") {
+      o.dump = value(i, a);
+      if (o.dump.empty()) throw usage_error{"--dump needs a file name"};
+    } else if (a == "--threads") {
+      const std::string v = value(i, a);
+      std::size_t used = 0;
+      long n = 0;
+      try {
+        n = std::stol(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != v.size() || n < 1 || n > 4096)
+        throw usage_error{"--threads = " + v + "; expected an integer in [1, 4096]"};
+      o.threads = static_cast<int>(n);
+    } else if (a.size() > 1 && a[0] == '-') {
+      throw usage_error{"unknown option " + std::string(a)};
+    } else if (have_file) {
+      throw usage_error{"more than one input file (" + o.file.string() + ", " + std::string(a) + ")"};
+    } else {
+      o.file = std::string(a);
+      have_file = true;
+    }
+  }
+  if (!have_file) throw usage_error{"no input file"};
+  return o;
+}
+
+std::string format_number(double v) {
+  std::ostringstream os;
+  os.precision(3);
+  os << v;
+  return os.str();
+}
+
+/// "t1: metric a (tol x), metric b (tol y); t2: ..." with each tensor named once.
+std::string describe(const std::vector<dsa_validate::comparison>& cs) {
+  std::string s;
+  for (std::size_t i = 0; i < cs.size(); ++i) {
+    const auto& c = cs[i];
+    if (i == 0 || cs[i - 1].tensor != c.tensor) {
+      if (i) s += "; ";
+      s += c.tensor;
+      s += ": ";
+    } else {
+      s += ", ";
+    }
+    s += c.metric + " " + format_number(c.max_error) + (c.pass ? "" : " EXCEEDS") + " (tol " +
+         format_number(c.tolerance) + ")";
+  }
+  return s;
+}
+
+/// The dump: every tensor of the groups that ran, with the computed outputs in place of the
+/// expected ones, so that the dump is itself a golden-format file.
+void write_dump(const options& o, const dsa::safetensors_file& f,
+                const std::vector<dsa_validate::case_result>& results) {
+  std::map<std::string, const dsa_validate::output_tensor*> computed;
+  std::set<std::string> ran;
+  for (const auto& r : results) {
+    ran.insert(r.name);
+    for (const auto& out : r.outputs) computed[out.name] = &out;
+  }
+  std::vector<dsa::safetensors_entry> entries;
+  for (const dsa::tensor_info& t : f.tensors()) {
+    if (!ran.count(std::string(dsa_validate::group_of(t.name)))) continue;
+    if (computed.count(t.name)) continue;
+    entries.push_back({t.name, t.type, t.shape, f.bytes(t)});
+  }
+  for (const auto& [name, out] : computed) entries.push_back({out->name, out->type, out->shape, out->bytes});
+  auto metadata = f.metadata();
+  metadata["dsa_validate.source"] = o.file.string();
+  metadata["dsa_validate.backend"] = o.backend;
+  metadata["dsa_validate.version"] = std::to_string(DSA_VERSION_MAJOR) + "." + std::to_string(DSA_VERSION_MINOR) + "." +
+                                     std::to_string(DSA_VERSION_PATCH);
+  dsa::write_safetensors(o.dump, entries, metadata);
+}
+
+int run(const options& o) {
+  if (o.backend == "cuda") {
+    std::cerr << "dsa_validate: --backend cuda: the CUDA backend is not available in this build of dsa_validate "
+                 "(it runs host-memory backends only); use --backend cpu\n";
+    return exit_error;
+  }
+  const dsa::safetensors_file f = dsa::safetensors_file::open(o.file);
+  const std::vector<std::string> groups = dsa_validate::detect_groups(f);
+  for (const std::string& u : dsa_validate::unknown_groups(f)) {
+    std::cerr << "dsa_validate: note: ignoring tensors of unknown group '" << u << "'\n";
+  }
+  if (groups.empty()) {
+    std::cerr << "dsa_validate: " << o.file.string() << ": no known case group (expected tensors named "
+              << "hadamard.*, hadamard_f32.*, act_quant.*, weight_quant.*, indexer.*, topk.*, sparse_mla.*, "
+                 "kl_dense.* or kl_sparse.*)\n";
+    return exit_error;
+  }
+  const dsa::cpu_backend be{o.threads};
+  const int threads = dsa::cpu_detail::thread_count(be);
+  std::cout << "dsa_validate " << DSA_VERSION_MAJOR << "." << DSA_VERSION_MINOR << "." << DSA_VERSION_PATCH << ": "
+            << o.file.string() << ", backend cpu (" << threads << (threads == 1 ? " thread)\n" : " threads)\n");
+
+  std::vector<dsa_validate::case_result> results;
+  int passed = 0, failed = 0, errors = 0;
+  for (const std::string& g : groups) {
+    char name[32];
+    std::snprintf(name, sizeof name, "%-13s", g.c_str());
+    try {
+      dsa_validate::case_result r = dsa_validate::run_group(be, f, g);
+      std::cout << name << (r.pass() ? "PASS  " : "FAIL  ") << describe(r.comparisons) << std::endl;
+      (r.pass() ? passed : failed) += 1;
+      results.push_back(std::move(r));
+    } catch (const dsa::error& e) {
+      std::cout << name << "ERROR " << e.what() << std::endl;
+      ++errors;
+    }
+  }
+  std::cout << groups.size() << (groups.size() == 1 ? " group: " : " groups: ") << passed << " passed, " << failed << " failed";
+  if (errors) std::cout << ", " << errors << " not run (malformed input)";
+  std::cout << "\n";
+  if (!o.dump.empty()) {
+    write_dump(o, f, results);
+    std::cout << "wrote " << o.dump.string() << "\n";
+  }
+  if (errors) return exit_error;
+  return failed ? exit_fail : exit_pass;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  try {
+    o = parse_args(argc, argv);
+  } catch (const usage_error& e) {
+    std::cerr << "dsa_validate: " << e.message << "\n\n" << usage_text;
+    return exit_error;
+  }
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return exit_error;
+  }
+}
