@@ -1,0 +1,38 @@
+// IEEE fp32 operations whose rounding does not depend on the compiler's contraction flags.
+//
+// g++ contracts a * b + c into an FMA when the target has one and -ffp-contract=fast is in
+// effect (the default outside strict ISO mode), and nvcc contracts by default; the same source
+// then rounds differently with and without -march=native, and on the two backends. Where the
+// dense ops' arithmetic follows a reference that rounds the product first (torch's eager
+// kernels), the product goes through mul_rn: on the host the product of two floats is exact in
+// double (24 + 24 significant bits), so rounding it to float is exactly the IEEE fp32 product,
+// and a double-to-float conversion cannot be fused with the following float addition.
+#pragma once
+
+#include <cmath>
+
+#include "dsa/core/config.hpp"
+
+DSA_NAMESPACE_BEGIN
+namespace detail {
+
+/// fl32(a * b), never fused with a neighbouring addition.
+DSA_HOST_DEVICE DSA_FORCEINLINE float mul_rn(float a, float b) {
+#if DSA_DEVICE_COMPILE
+  return __fmul_rn(a, b);
+#else
+  return static_cast<float>(static_cast<double>(a) * static_cast<double>(b));
+#endif
+}
+
+/// IEEE fp32 square root (correctly rounded also under nvcc -use_fast_math).
+DSA_HOST_DEVICE DSA_FORCEINLINE float sqrt_rn(float a) {
+#if DSA_DEVICE_COMPILE
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
+}  // namespace detail
+DSA_NAMESPACE_END

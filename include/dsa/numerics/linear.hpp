@@ -1,0 +1,53 @@
+// The arithmetic of the dense linear layers, shared by the CPU and CUDA backends.
+//
+// FP8 linear (DeepSeek `linear` = act_quant + fp8_gemm), y [t, out] = x [t, in] . w^T:
+//   x is quantized per 1 x 128 group (act_quant, dsa/numerics/fp8_quant.hpp): codes qx, scales sx;
+//   w is e4m3 codes qw with one fp32 multiplier sw per 128 x 128 block;
+//   for every 128-wide k-block b, in ascending order:
+//     d_b   = fl32(sum_k qx[i, k] * qw[n, k])      the block dot, computed EXACTLY and rounded once
+//     s_b   = fl32(sx[i, b] * sw[n / 128, b])
+//     acc   = fl32(acc + fl32(d_b * s_b))            (acc starts at +0)
+//   y[i, n] = acc rounded once to the output type.
+//
+// Why the block dot can be exact: an e4m3 value is an integer multiple of 2^-9 below 2^9, so a
+// product of two is a multiple of 2^-18 below 2^18, and a sum of 128 of them is a multiple of
+// 2^-18 below 2^25: 43 significant bits, which double holds exactly in any summation order.
+// The result is therefore independent of blocking, vector width, FMA contraction, thread count
+// and batch size, and equals the correctly rounded block dot. The reference's tensor-core dot
+// (fp32 accumulation of limited precision, promoted every 128) approximates this value.
+#pragma once
+
+#include <cstdint>
+
+#include "dsa/core/config.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
+#include "dsa/numerics/fp32_ops.hpp"
+
+DSA_NAMESPACE_BEGIN
+
+/// The k-block (and activation group) length of fp8_linear, and the weight-scale block edge.
+inline constexpr index_t fp8_linear_block = 128;
+
+/// The exact dot product of two runs of e4m3 codes (n <= 128 keeps it exact), rounded once to
+/// fp32. A NaN code (S.1111.111) makes the result NaN.
+DSA_HOST_DEVICE inline float fp8_block_dot(const fp8_e4m3* a, const fp8_e4m3* b, index_t n) {
+  double s = 0.0;
+  for (index_t k = 0; k < n; ++k) {
+    s += static_cast<double>(a[k].to_float()) * static_cast<double>(b[k].to_float());
+  }
+  return static_cast<float>(s);
+}
+
+/// The combined scale of one k-block: fl32(activation scale * weight block scale).
+DSA_HOST_DEVICE DSA_FORCEINLINE float fp8_linear_block_scale(float a_scale, float w_scale) {
+  return detail::mul_rn(a_scale, w_scale);
+}
+
+/// One k-block's contribution: fl32(acc + fl32(dot * scale)), the product rounded on its own as
+/// in the reference's promotion step (never an FMA, so both backends round alike).
+DSA_HOST_DEVICE DSA_FORCEINLINE float fp8_linear_accumulate(float acc, float dot, float scale) {
+  return acc + detail::mul_rn(dot, scale);
+}
+
+DSA_NAMESPACE_END

@@ -1,0 +1,104 @@
+// Dense linear layers y = x . w^T (no bias), the projections of the DeepSeek-V3.2 forward pass.
+//
+//  - fp8_linear: DeepSeek's `linear` for FP8 weights (act_quant of x in 1 x 128 groups, then
+//    fp8_gemm with per-128 k-block promotion). Numerics in dsa/numerics/linear.hpp.
+//  - linear: the unquantized products (bf16 x bf16 -> bf16 as F.linear on bf16; fp32 for the
+//    MoE gate, the indexer's weights_proj and lm_head). Inputs are converted exactly to fp32,
+//    products are accumulated in fp32 and the result is rounded once to the output type.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "dsa/core/backend.hpp"
+#include "dsa/core/dispatch.hpp"
+#include "dsa/core/error.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
+#include "dsa/numerics/fp8_quant.hpp"
+#include "dsa/numerics/linear.hpp"
+#include "dsa/ops/dense_checks.hpp"
+
+DSA_NAMESPACE_BEGIN
+
+struct fp8_linear_op {};
+struct linear_op {};
+
+/// y [t, out] = x [t, in] . dequant(w)^T with DeepSeek's FP8 rounding points:
+///   x (bf16 or float) is quantized per 1 x 128 group with `act_format` scales (ue8m0 = V3.2's
+///   scale_fmt), w [out, in] holds e4m3 codes with fp32 block multipliers
+///   w_scale [ceil(out / 128), in / 128] (the checkpoint's weight_scale_inv); per 128-wide
+///   k-block the exact dot of the codes is rounded to fp32, multiplied by fl32(a_scale * w_scale)
+///   and accumulated in fp32; y (bf16 or float) is rounded once. in must be a multiple of 128.
+/// Results do not depend on the thread count, on t (batch invariance) or on how the backend
+/// blocks the product. y must not overlap any input.
+template <backend B, class XT, class O>
+void fp8_linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_view<B, fp8_e4m3, 2> w,
+                in_view<B, float, 2> w_scale, out_view<B, O, 2> y, scale_format act_format = scale_format::ue8m0) {
+  static_assert(dense_detail::is_bf16_or_float<XT>, "dsa::fp8_linear: x must hold dsa::bf16 or float");
+  static_assert(std::is_same_v<O, bf16> || std::is_same_v<O, float>, "dsa::fp8_linear: y must hold dsa::bf16 or float");
+  using X = std::remove_const_t<XT>;
+  using space = typename B::memory_space;
+  constexpr std::string_view op = "fp8_linear";
+  const tensor_view<const X, 2, space> xc(x.data_handle(), x.extents(), x.strides());
+  dense_detail::check_operand(op, "x", xc);
+  dense_detail::check_operand(op, "w", w);
+  dense_detail::check_operand(op, "w_scale", w_scale);
+  dense_detail::check_operand(op, "y", y);
+  if (act_format != scale_format::ue8m0 && act_format != scale_format::fp32) {
+    fail(op, "act_format", static_cast<int>(act_format), "scale_format::ue8m0 or scale_format::fp32");
+  }
+  const index_t t = xc.extent(0);
+  const index_t in = xc.extent(1);
+  const index_t out = w.extent(0);
+  if (in % fp8_linear_block != 0) {
+    fail(op, "x.extent(1)", in, "a multiple of 128 (the activation quantization group and weight block)");
+  }
+  check_extent(op, "w", w, 1, in, "x.extent(1), the input features");
+  const index_t nb_out = (out + fp8_linear_block - 1) / fp8_linear_block;
+  check_extent(op, "w_scale", w_scale, 0, nb_out, "ceil(w.extent(0) / 128)");
+  check_extent(op, "w_scale", w_scale, 1, in / fp8_linear_block, "x.extent(1) / 128");
+  check_extent(op, "y", y, 0, t, "x.extent(0), the tokens");
+  check_extent(op, "y", y, 1, out, "w.extent(0), the output features");
+  dense_detail::check_disjoint_rows(op, "y", y);
+  dense_detail::check_no_overlap(op, "y", y, "x", xc, false);
+  dense_detail::check_no_overlap(op, "y", y, "w", w, false);
+  dense_detail::check_no_overlap(op, "y", y, "w_scale", w_scale, false);
+  if (y.empty()) return;
+  dispatch<fp8_linear_op>(be, xc, tensor_view<const fp8_e4m3, 2, space>(w), tensor_view<const float, 2, space>(w_scale),
+                          y, act_format);
+}
+
+/// y [t, out] = x [t, in] . w^T with w [out, in]: the inputs (bf16 or float each) are converted
+/// exactly to fp32, the products accumulated in fp32 and y (bf16 or float) rounded once. This
+/// covers F.linear on bf16 (bf16 x bf16 -> bf16) and the fp32 projections (x and w in fp32, or a
+/// bf16 checkpoint weight used as fp32 without a converted copy: identical results).
+/// Deterministic for every thread count; the fp32 summation order is the backend's (it is not
+/// specified, and results are not batch-invariant). y must not overlap x or w.
+template <backend B, class XT, class WT, class O>
+void linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, tensor_view<WT, 2, typename B::memory_space> w,
+            out_view<B, O, 2> y) {
+  static_assert(dense_detail::is_bf16_or_float<XT>, "dsa::linear: x must hold dsa::bf16 or float");
+  static_assert(dense_detail::is_bf16_or_float<WT>, "dsa::linear: w must hold dsa::bf16 or float");
+  static_assert(std::is_same_v<O, bf16> || std::is_same_v<O, float>, "dsa::linear: y must hold dsa::bf16 or float");
+  using X = std::remove_const_t<XT>;
+  using W = std::remove_const_t<WT>;
+  using space = typename B::memory_space;
+  constexpr std::string_view op = "linear";
+  const tensor_view<const X, 2, space> xc(x.data_handle(), x.extents(), x.strides());
+  const tensor_view<const W, 2, space> wc(w.data_handle(), w.extents(), w.strides());
+  dense_detail::check_operand(op, "x", xc);
+  dense_detail::check_operand(op, "w", wc);
+  dense_detail::check_operand(op, "y", y);
+  check_extent(op, "w", wc, 1, xc.extent(1), "x.extent(1), the input features");
+  check_extent(op, "y", y, 0, xc.extent(0), "x.extent(0), the tokens");
+  check_extent(op, "y", y, 1, wc.extent(0), "w.extent(0), the output features");
+  dense_detail::check_disjoint_rows(op, "y", y);
+  dense_detail::check_no_overlap(op, "y", y, "x", xc, false);
+  dense_detail::check_no_overlap(op, "y", y, "w", wc, false);
+  if (y.empty()) return;
+  dispatch<linear_op>(be, xc, wc, y);
+}
+
+DSA_NAMESPACE_END
