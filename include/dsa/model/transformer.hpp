@@ -1,0 +1,236 @@
+// dsa::model::transformer: the reference DeepSeek-V3.2 forward pass (DESIGN.md §4), written
+// with dsa's public ops only.
+//
+//   auto m = dsa::model::transformer<dsa::cpu_backend>::load("DeepSeek-V3.2/", dsa::cpu_backend{16});
+//   auto seq = m.new_sequence(4096);
+//   std::vector<float> logits = m.forward(seq, prompt);       // prefill: logits of the last token
+//   logits = m.forward(seq, std::span(&next, 1));             // decode one token
+//
+// forward() appends tokens at seq.length() (a prefill chunk may start anywhere), runs every layer
+// and returns the fp32 logits [vocab] of the last token. More than one token runs the MHA
+// prefill path, a single token the absorbed MQA decode path, as the reference does; long
+// prefills are processed in chunks of forward_options::max_chunk tokens. Sequences are
+// independent and may be interleaved freely. Weights are views into the memory-mapped
+// checkpoint; per-phase wall times accumulate in phase_times().
+//
+// Host memory only: the layers keep their activations in std::vector, so Backend must be a host
+// backend (the CPU backend). Part of the dsa::model target.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "dsa/core/backend.hpp"
+#include "dsa/core/config.hpp"
+#include "dsa/core/error.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
+#include "dsa/model/config.hpp"
+#include "dsa/model/kv_cache.hpp"
+#include "dsa/model/layers/context.hpp"
+#include "dsa/model/layers/mla.hpp"
+#include "dsa/model/layers/mlp.hpp"
+#include "dsa/model/layers/moe.hpp"
+#include "dsa/model/weights.hpp"
+#include "dsa/ops/linear.hpp"
+#include "dsa/ops/norm.hpp"
+#include "dsa/ops/topk.hpp"
+
+// The model runs on host memory, so it brings the CPU implementations of the ops it uses.
+#include "dsa/cpu/activation.hpp"
+#include "dsa/cpu/fp8_quant.hpp"
+#include "dsa/cpu/hadamard.hpp"
+#include "dsa/cpu/indexer_weights.hpp"
+#include "dsa/cpu/kv_cache.hpp"
+#include "dsa/cpu/lightning_indexer.hpp"
+#include "dsa/cpu/linear.hpp"
+#include "dsa/cpu/moe_combine.hpp"
+#include "dsa/cpu/moe_routing.hpp"
+#include "dsa/cpu/norm.hpp"
+#include "dsa/cpu/rope.hpp"
+#include "dsa/cpu/sparse_mha_attention.hpp"
+#include "dsa/cpu/topk.hpp"
+
+DSA_NAMESPACE_BEGIN
+namespace model {
+
+/// What an observer sees after each layer of a forward call (views valid during the call only).
+struct layer_trace {
+  index_t layer = 0;
+  index_t start = 0;                         ///< position of the first token of the chunk
+  host_view<const std::int32_t, 2> topk;     ///< [t, index_topk] selected positions, -1 padded
+  host_view<const bf16, 2> ffn_out;          ///< [t, hidden] the layer's FFN output
+  host_view<const bf16, 2> residual;         ///< [t, hidden] the residual stream it is added to
+};
+
+/// Progress of a forward call: called after each layer of each chunk.
+struct forward_progress {
+  index_t chunk_begin = 0, chunk_end = 0;  ///< positions of the chunk
+  index_t total_end = 0;                   ///< position after the last token of the call
+  index_t layer = 0, num_layers = 0;       ///< layer just finished
+};
+
+struct forward_options {
+  std::function<void(const layer_trace&)> observer;
+  std::function<void(const forward_progress&)> progress;
+  /// Longest chunk a prefill is processed in (index scores cost chunk x length floats).
+  index_t max_chunk = 4096;
+};
+
+template <class Backend>
+class transformer {
+  static_assert(std::is_same_v<typename Backend::memory_space, host_space>,
+                "dsa::model::transformer keeps activations in host memory: use a host backend (dsa::cpu_backend)");
+
+ public:
+  /// Opens a checkpoint directory (config.json + safetensors); `num_layers` as weights::load.
+  static transformer load(const std::filesystem::path& dir, Backend be = {}, index_t num_layers = -1) {
+    return transformer(weights::load(dir, num_layers), be);
+  }
+
+  transformer(::dsa::model::weights w, Backend be) : w_(std::move(w)), be_(be) {
+    const auto& c = w_.config();
+    act_format_ = c.ue8m0_scales() ? scale_format::ue8m0 : scale_format::fp32;
+    rope_ = rope_config_of(c);
+    check_rope_config(rope_, "model::transformer");
+    check_moe_routing_config(moe_routing_config_of(c), c.n_routed_experts, true, "model::transformer");
+    for (std::size_t l = 0; l < w_.layers.size(); ++l) decode_.push_back(std::make_unique<mla_decode_weights>());
+    static std::atomic<std::uint64_t> next_id{1};
+    id_ = next_id.fetch_add(1);
+  }
+
+  transformer(transformer&&) noexcept = default;
+  transformer& operator=(transformer&&) noexcept = default;
+
+  const ::dsa::model::config& config() const { return w_.config(); }
+  const ::dsa::model::weights& weights() const { return w_; }
+  const Backend& backend() const { return be_; }
+  /// Layers run by forward(): num_hidden_layers, or fewer when loaded with num_layers.
+  index_t num_layers() const { return static_cast<index_t>(w_.layers.size()); }
+
+  /// A new, empty sequence that can hold up to max_tokens tokens.
+  sequence new_sequence(index_t max_tokens) const {
+    return sequence(max_tokens, num_layers(), config().kv_lora_rank, config().qk_rope_head_dim, id_);
+  }
+
+  /// Appends `tokens` to `seq` and returns the logits [vocab] of the last one (fp32).
+  template <class Token>
+  std::vector<float> forward(sequence& seq, std::span<const Token> tokens, const forward_options& opt = {}) {
+    static_assert(std::is_integral_v<Token>, "dsa::model::transformer::forward: tokens must be integers");
+    constexpr std::string_view op = "model::transformer::forward";
+    const auto& c = config();
+    if (seq.owner() != id_ || seq.num_layers() != num_layers()) {
+      fail(op, "seq", "a sequence of another transformer", "a sequence made by this transformer's new_sequence()");
+    }
+    const index_t n = static_cast<index_t>(tokens.size());
+    if (n < 1) fail(op, "tokens.size()", n, ">= 1");
+    if (n > seq.max_tokens() - seq.length()) {
+      fail(op, "tokens.size()", n,
+           "at most max_tokens - length = " + std::to_string(seq.max_tokens() - seq.length()) + " (the sequence is full)");
+    }
+    if (opt.max_chunk < 1) fail(op, "options.max_chunk", opt.max_chunk, ">= 1");
+    std::vector<std::int32_t> ids(tokens.size());
+    for (index_t i = 0; i < n; ++i) {
+      const auto tok = tokens[static_cast<std::size_t>(i)];
+      if (tok < 0 || static_cast<std::uint64_t>(tok) >= static_cast<std::uint64_t>(c.vocab_size)) {
+        fail(op, "tokens[" + std::to_string(i) + "]", static_cast<std::int64_t>(tok),
+             "a token id in [0, vocab_size = " + std::to_string(c.vocab_size) + ")");
+      }
+      ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(tok);
+    }
+    const index_t total_end = seq.length() + n;
+    seq.reserve(total_end);
+    std::vector<float> logits;
+    for (index_t b = 0; b < n; b += opt.max_chunk) {
+      const index_t e = std::min(n, b + opt.max_chunk);
+      logits = forward_chunk(seq, std::span<const std::int32_t>(ids.data() + b, static_cast<std::size_t>(e - b)),
+                             opt, total_end, e == n);
+    }
+    return logits;
+  }
+  template <class Token>
+  std::vector<float> forward(sequence& seq, const std::vector<Token>& tokens, const forward_options& opt = {}) {
+    return forward(seq, std::span<const Token>(tokens), opt);
+  }
+
+  /// Wall time spent per phase by every forward call so far.
+  const ::dsa::model::phase_times& phase_times() const { return times_; }
+  void reset_phase_times() { times_ = {}; }
+
+ private:
+  std::vector<float> forward_chunk(sequence& seq, std::span<const std::int32_t> ids, const forward_options& opt,
+                                   index_t total_end, bool want_logits) {
+    const auto& c = config();
+    const index_t t = static_cast<index_t>(ids.size()), d = c.hidden_size, start = seq.length();
+    const layer_context<Backend> ctx{be_, c, act_format_, rope_, &times_};
+    std::vector<std::int32_t> positions(static_cast<std::size_t>(t));
+    for (index_t i = 0; i < t; ++i) positions[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(start + i);
+    const auto pos = make_view(static_cast<const std::int32_t*>(positions.data()), {t});
+
+    // h: the block output (FFN output), residual: the bf16 residual stream, x: normed input.
+    std::vector<bf16> h(static_cast<std::size_t>(t * d)), residual(h.size()), x(h.size()), a(h.size());
+    const auto hv = make_view(h.data(), {t, d});
+    const auto rv = make_view(residual.data(), {t, d});
+    const auto xv = make_view(x.data(), {t, d});
+    const auto av = make_view(a.data(), {t, d});
+    {
+      phase_scope timing(&times_, phase::other);
+      gather_rows(be_, w_.embed_tokens, make_view(ids.data(), {index_t{1}, t}), make_view(h.data(), {index_t{1}, t, d}));
+    }
+    // The first layer's residual is the embedding itself: adding it to a zero residual is exact.
+    std::vector<std::int32_t> topk(static_cast<std::size_t>(t * c.index_topk));
+    const auto topk_v = make_view(topk.data(), {t, c.index_topk});
+    for (index_t l = 0; l < num_layers(); ++l) {
+      const layer_weights& lw = w_.layers[static_cast<std::size_t>(l)];
+      {
+        phase_scope timing(&times_, phase::other);
+        add_rms_norm(be_, hv, rv, lw.input_layernorm, xv, c.rms_norm_eps);
+      }
+      mla_forward(ctx, lw.attn, *decode_[static_cast<std::size_t>(l)], host_view<const bf16, 2>(xv), pos, start,
+                  seq.layer(l), topk_v, av);
+      {
+        phase_scope timing(&times_, phase::other);
+        add_rms_norm(be_, av, rv, lw.post_attention_layernorm, xv, c.rms_norm_eps);
+      }
+      {
+        phase_scope timing(&times_, phase::moe);
+        if (lw.moe) {
+          moe_forward(ctx, *lw.moe, host_view<const bf16, 2>(xv), hv);
+        } else {
+          mlp_forward(ctx, *lw.mlp, host_view<const bf16, 2>(xv), hv);
+        }
+      }
+      if (opt.observer) opt.observer(layer_trace{l, start, topk_v, hv, rv});
+      if (opt.progress) opt.progress(forward_progress{start, start + t, total_end, l, num_layers()});
+    }
+    seq.advance(t);
+    if (!want_logits) return {};
+    phase_scope timing(&times_, phase::other);
+    // Final norm of the last token only (rows are independent), lm_head in fp32.
+    const auto h_last = block(hv, t - 1, 0, 1, d);
+    const auto r_last = block(rv, t - 1, 0, 1, d);
+    add_rms_norm(be_, h_last, r_last, w_.norm, block(xv, 0, 0, 1, d), c.rms_norm_eps);
+    std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
+    linear(be_, block(xv, 0, 0, 1, d), w_.lm_head, make_view(logits.data(), {index_t{1}, c.vocab_size}));
+    return logits;
+  }
+
+  ::dsa::model::weights w_;
+  Backend be_;
+  scale_format act_format_ = scale_format::ue8m0;
+  rope_config rope_;
+  std::vector<std::unique_ptr<mla_decode_weights>> decode_;
+  ::dsa::model::phase_times times_;
+  std::uint64_t id_ = 0;  // identifies the sequences this transformer made (survives moves)
+};
+
+}  // namespace model
+DSA_NAMESPACE_END

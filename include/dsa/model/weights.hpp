@@ -1,0 +1,289 @@
+// dsa::model::weights: the tensors of a DeepSeek-V3.2 checkpoint, bound by their Hugging Face
+// names as views into the memory-mapped safetensors shards (nothing is copied: a 685B checkpoint
+// costs address space, and only the pages a forward pass touches are read).
+//
+// Every tensor the forward pass needs is looked up, and its dtype and shape checked against the
+// config, when the weights are bound; a missing or mis-shaped tensor is a dsa::error naming the
+// file and the tensor:
+//   dsa::model::weights: <file>: tensor 'model.layers.0.self_attn.q_a_proj.weight' shape = [256, 128];
+//   expected [256, 256] (q_lora_rank, hidden_size)
+// Linear weights are FP8 (e4m3 codes plus the `weight_scale_inv` block multipliers) when the config
+// has a quantization_config, bf16 otherwise. Norm weights and the routing bias may be F32 or BF16
+// (Hugging Face checkpoints differ); BF16 ones are widened to fp32 once (a few KB per layer).
+// The MTP layer (index num_hidden_layers) and any other extra tensor are ignored.
+//
+// Part of the dsa::model target.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "dsa/core/config.hpp"
+#include "dsa/core/error.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
+#include "dsa/model/config.hpp"
+#include "dsa/model/safetensors.hpp"
+
+DSA_NAMESPACE_BEGIN
+namespace model {
+
+/// The FP8 weight block (both dimensions) of DeepSeek's checkpoints.
+inline constexpr index_t weight_block = 128;
+
+/// A linear layer's weight [out, in]: e4m3 codes with fp32 block multipliers
+/// scale [ceil(out / 128), ceil(in / 128)] (FP8 checkpoints), or bf16 values.
+struct linear_weight {
+  std::string name;  ///< Hugging Face name of the weight tensor
+  host_view<const fp8_e4m3, 2> q;
+  host_view<const float, 2> scale;
+  host_view<const bf16, 2> w;
+
+  bool fp8() const { return q.data_handle() != nullptr; }
+  index_t out_features() const { return fp8() ? q.extent(0) : w.extent(0); }
+  index_t in_features() const { return fp8() ? q.extent(1) : w.extent(1); }
+
+  /// Output rows [begin, begin + count): a view of the same memory. For FP8 weights `begin` must
+  /// be a multiple of 128 (a scale block boundary); the last block may be ragged.
+  linear_weight rows(index_t begin, index_t count) const {
+    if (begin < 0 || count < 0 || begin + count > out_features()) {
+      fail("model::linear_weight::rows", "[begin, begin + count)",
+           "[" + std::to_string(begin) + ", " + std::to_string(begin + count) + ")",
+           "a range within the " + std::to_string(out_features()) + " output rows of " + name);
+    }
+    linear_weight r;
+    r.name = name;
+    if (!fp8()) {
+      r.w = host_view<const bf16, 2>(w.row(begin), {count, w.extent(1)}, w.strides());
+      return r;
+    }
+    if (begin % weight_block != 0) {
+      fail("model::linear_weight::rows", "begin", begin, "a multiple of 128 (an FP8 scale block boundary) for " + name);
+    }
+    r.q = host_view<const fp8_e4m3, 2>(q.row(begin), {count, q.extent(1)}, q.strides());
+    const index_t b0 = begin / weight_block;
+    const index_t nb = (count + weight_block - 1) / weight_block;
+    r.scale = host_view<const float, 2>(scale.row(b0), {nb, scale.extent(1)}, scale.strides());
+    return r;
+  }
+};
+
+/// The SwiGLU feed-forward of a dense layer, an expert or the shared experts.
+struct mlp_weights {
+  linear_weight gate_proj;  ///< w1 [inter, hidden]
+  linear_weight up_proj;    ///< w3 [inter, hidden]
+  linear_weight down_proj;  ///< w2 [hidden, inter]
+};
+
+/// The lightning indexer of one layer.
+struct indexer_weights {
+  linear_weight wq_b;                     ///< [index_n_heads * index_head_dim, q_lora_rank]
+  linear_weight wk;                       ///< [index_head_dim, hidden]
+  host_view<const float, 1> k_norm_weight;  ///< LayerNorm [index_head_dim]
+  host_view<const float, 1> k_norm_bias;
+  host_view<const bf16, 2> weights_proj;  ///< [index_n_heads, hidden], used in fp32
+};
+
+/// Multi-head latent attention of one layer.
+struct attention_weights {
+  linear_weight q_a_proj;                  ///< wq_a [q_lora_rank, hidden]
+  host_view<const float, 1> q_a_layernorm;  ///< q_norm [q_lora_rank]
+  linear_weight q_b_proj;                  ///< wq_b [heads * (nope + rope), q_lora_rank]
+  linear_weight kv_a_proj_with_mqa;        ///< wkv_a [kv_lora_rank + rope, hidden]
+  host_view<const float, 1> kv_a_layernorm; ///< kv_norm [kv_lora_rank]
+  linear_weight kv_b_proj;                 ///< wkv_b [heads * (nope + v), kv_lora_rank]
+  linear_weight o_proj;                    ///< wo [hidden, heads * v]
+  indexer_weights indexer;
+};
+
+/// The routed experts, their gate and the shared experts of an MoE layer.
+struct moe_weights {
+  host_view<const bf16, 2> gate;   ///< [n_routed_experts, hidden], used in fp32
+  host_view<const float, 1> bias;  ///< e_score_correction_bias [n_routed_experts], or absent
+  std::vector<mlp_weights> experts;
+  std::optional<mlp_weights> shared_experts;  ///< absent when n_shared_experts == 0
+};
+
+struct layer_weights {
+  host_view<const float, 1> input_layernorm;           ///< attn_norm [hidden]
+  host_view<const float, 1> post_attention_layernorm;  ///< ffn_norm [hidden]
+  attention_weights attn;
+  std::optional<mlp_weights> mlp;  ///< dense layers (l < first_k_dense_replace)
+  std::optional<moe_weights> moe;  ///< MoE layers
+};
+
+/// Every tensor of the forward pass, bound from one checkpoint. Move-only: it owns the mapping
+/// its views point into.
+class weights {
+ public:
+  /// Opens `dir` (config.json plus model.safetensors or a sharded index) and binds everything.
+  /// `num_layers` < 0 binds all num_hidden_layers layers; a smaller number binds (and lets a
+  /// transformer run) only the first `num_layers`, e.g. to smoke-test a layer of a real checkpoint.
+  static weights load(const std::filesystem::path& dir, index_t num_layers = -1) {
+    namespace fs = std::filesystem;
+    ::dsa::model::config cfg = config::load(dir);
+    const fs::path ckpt = fs::is_directory(dir) ? dir : dir.parent_path();
+    return bind(std::move(cfg), safetensors_checkpoint::open(ckpt), num_layers);
+  }
+
+  /// Binds the tensors of `ckpt` for `cfg` (already validated); see load().
+  static weights bind(::dsa::model::config cfg, safetensors_checkpoint ckpt, index_t num_layers = -1) {
+    weights w(std::move(cfg), std::make_unique<safetensors_checkpoint>(std::move(ckpt)));
+    w.bind_all(num_layers);
+    return w;
+  }
+
+  weights(weights&&) noexcept = default;
+  weights& operator=(weights&&) noexcept = default;
+
+  const ::dsa::model::config& config() const { return cfg_; }
+  const safetensors_checkpoint& checkpoint() const { return *ckpt_; }
+
+  host_view<const bf16, 2> embed_tokens;  ///< [vocab, hidden]
+  std::vector<layer_weights> layers;      ///< the bound layers (all, or the first num_layers)
+  host_view<const float, 1> norm;         ///< final RMSNorm [hidden]
+  host_view<const bf16, 2> lm_head;       ///< [vocab, hidden], used in fp32
+
+ private:
+  weights(::dsa::model::config cfg, std::unique_ptr<safetensors_checkpoint> ckpt)
+      : cfg_(std::move(cfg)), ckpt_(std::move(ckpt)) {}
+
+  // "dsa::model::weights: <file>: tensor '<name>' <what> = <value>; expected <expected>"
+  [[noreturn]] void fail_tensor(std::string_view name, std::string_view what, std::string_view value,
+                                std::string_view expected) const {
+    const tensor_info* t = ckpt_->find(name);
+    const std::string file = t ? ckpt_->shard_of(name).path().string() : ckpt_->path().string();
+    fail("model::weights", file + ": tensor '" + std::string(name) + "' " + std::string(what), value, expected);
+  }
+
+  const tensor_info& lookup(const std::string& name, std::string_view why) const {
+    const tensor_info* t = ckpt_->find(name);
+    if (!t) fail_tensor(name, "presence", "missing", "a tensor of the checkpoint (" + std::string(why) + ")");
+    return *t;
+  }
+
+  void check_shape(const tensor_info& t, std::vector<index_t> shape, std::string_view why) const {
+    if (t.shape != shape) {
+      fail_tensor(t.name, "shape", format_shape(t.shape), format_shape(shape) + " (" + std::string(why) + ")");
+    }
+  }
+
+  void check_dtype(const tensor_info& t, dtype want, std::string_view why) const {
+    if (t.type != want) {
+      fail_tensor(t.name, "dtype", dtype_name(t.type), std::string(dtype_name(want)) + " (" + std::string(why) + ")");
+    }
+  }
+
+  template <class T, std::size_t R>
+  host_view<const T, R> tensor(const std::string& name, std::vector<index_t> shape, std::string_view why) const {
+    const tensor_info& t = lookup(name, why);
+    check_dtype(t, dtype_of<T>(), why);
+    check_shape(t, std::move(shape), why);
+    return ckpt_->view<T, R>(name);
+  }
+
+  // An fp32 vector stored as F32 (viewed) or BF16 (widened once into owned storage).
+  host_view<const float, 1> vector_f32(const std::string& name, index_t n, std::string_view why) {
+    const tensor_info& t = lookup(name, why);
+    check_shape(t, {n}, why);
+    if (t.type == dtype::f32) return ckpt_->view<float, 1>(name);
+    if (t.type != dtype::bf16) fail_tensor(name, "dtype", dtype_name(t.type), "F32 or BF16 (" + std::string(why) + ")");
+    const host_view<const bf16, 1> src = ckpt_->view<bf16, 1>(name);
+    auto& dst = widened_.emplace_back(static_cast<std::size_t>(n));
+    for (index_t i = 0; i < n; ++i) dst[static_cast<std::size_t>(i)] = src(i).to_float();
+    return host_view<const float, 1>(dst.data(), {n});
+  }
+
+  linear_weight linear(const std::string& prefix, index_t out, index_t in, std::string_view why) const {
+    linear_weight l;
+    l.name = prefix + ".weight";
+    if (cfg_.fp8_weights()) {
+      l.q = tensor<fp8_e4m3, 2>(l.name, {out, in}, why);
+      const index_t so = (out + weight_block - 1) / weight_block, si = (in + weight_block - 1) / weight_block;
+      l.scale = tensor<float, 2>(prefix + ".weight_scale_inv", {so, si}, "FP8 block scales of " + l.name);
+    } else {
+      l.w = tensor<bf16, 2>(l.name, {out, in}, why);
+    }
+    return l;
+  }
+
+  mlp_weights mlp(const std::string& prefix, index_t inter, std::string_view what) const {
+    const index_t d = cfg_.hidden_size;
+    const std::string io = std::string(what) + ", hidden_size";
+    const std::string oi = "hidden_size, " + std::string(what);
+    return {linear(prefix + ".gate_proj", inter, d, io), linear(prefix + ".up_proj", inter, d, io),
+            linear(prefix + ".down_proj", d, inter, oi)};
+  }
+
+  void bind_all(index_t num_layers) {
+    const auto& c = cfg_;
+    const index_t n_layers = num_layers < 0 ? c.num_hidden_layers : num_layers;
+    if (n_layers > c.num_hidden_layers) {
+      fail("model::weights", "num_layers", n_layers,
+           "at most num_hidden_layers = " + std::to_string(c.num_hidden_layers) + " (or -1 for all)");
+    }
+    const index_t d = c.hidden_size, h = c.num_attention_heads;
+    embed_tokens = tensor<bf16, 2>("model.embed_tokens.weight", {c.vocab_size, d}, "vocab_size, hidden_size");
+    norm = vector_f32("model.norm.weight", d, "hidden_size");
+    lm_head = c.tie_word_embeddings ? embed_tokens
+                                    : tensor<bf16, 2>("lm_head.weight", {c.vocab_size, d}, "vocab_size, hidden_size");
+    layers.reserve(static_cast<std::size_t>(n_layers));
+    for (index_t l = 0; l < n_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l);
+      const std::string a = p + ".self_attn";
+      layer_weights lw;
+      lw.input_layernorm = vector_f32(p + ".input_layernorm.weight", d, "hidden_size");
+      lw.post_attention_layernorm = vector_f32(p + ".post_attention_layernorm.weight", d, "hidden_size");
+      attention_weights& at = lw.attn;
+      at.q_a_proj = linear(a + ".q_a_proj", c.q_lora_rank, d, "q_lora_rank, hidden_size");
+      at.q_a_layernorm = vector_f32(a + ".q_a_layernorm.weight", c.q_lora_rank, "q_lora_rank");
+      at.q_b_proj = linear(a + ".q_b_proj", h * c.qk_head_dim(), c.q_lora_rank,
+                           "num_attention_heads * (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank");
+      at.kv_a_proj_with_mqa = linear(a + ".kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, d,
+                                     "kv_lora_rank + qk_rope_head_dim, hidden_size");
+      at.kv_a_layernorm = vector_f32(a + ".kv_a_layernorm.weight", c.kv_lora_rank, "kv_lora_rank");
+      at.kv_b_proj = linear(a + ".kv_b_proj", h * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank,
+                            "num_attention_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank");
+      at.o_proj = linear(a + ".o_proj", d, h * c.v_head_dim, "hidden_size, num_attention_heads * v_head_dim");
+      const std::string ix = a + ".indexer";
+      at.indexer.wq_b = linear(ix + ".wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank,
+                               "index_n_heads * index_head_dim, q_lora_rank");
+      at.indexer.wk = linear(ix + ".wk", c.index_head_dim, d, "index_head_dim, hidden_size");
+      at.indexer.k_norm_weight = vector_f32(ix + ".k_norm.weight", c.index_head_dim, "index_head_dim");
+      at.indexer.k_norm_bias = vector_f32(ix + ".k_norm.bias", c.index_head_dim, "index_head_dim");
+      at.indexer.weights_proj =
+          tensor<bf16, 2>(ix + ".weights_proj.weight", {c.index_n_heads, d}, "index_n_heads, hidden_size");
+      if (!c.is_moe_layer(l)) {
+        lw.mlp = mlp(p + ".mlp", c.intermediate_size, "intermediate_size");
+      } else {
+        moe_weights m;
+        m.gate = tensor<bf16, 2>(p + ".mlp.gate.weight", {c.n_routed_experts, d}, "n_routed_experts, hidden_size");
+        const std::string bias = p + ".mlp.gate.e_score_correction_bias";
+        if (ckpt_->contains(bias)) m.bias = vector_f32(bias, c.n_routed_experts, "n_routed_experts");
+        m.experts.reserve(static_cast<std::size_t>(c.n_routed_experts));
+        for (index_t e = 0; e < c.n_routed_experts; ++e) {
+          m.experts.push_back(mlp(p + ".mlp.experts." + std::to_string(e), c.moe_intermediate_size, "moe_intermediate_size"));
+        }
+        if (c.n_shared_experts > 0) {
+          m.shared_experts = mlp(p + ".mlp.shared_experts", c.n_shared_experts * c.moe_intermediate_size,
+                                 "n_shared_experts * moe_intermediate_size");
+        }
+        lw.moe = std::move(m);
+      }
+      layers.push_back(std::move(lw));
+    }
+  }
+
+  ::dsa::model::config cfg_;
+  std::unique_ptr<safetensors_checkpoint> ckpt_;
+  std::vector<std::vector<float>> widened_;  // BF16 norm weights and biases widened to fp32
+};
+
+}  // namespace model
+DSA_NAMESPACE_END
