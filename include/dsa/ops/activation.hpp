@@ -28,9 +28,9 @@ void swiglu(const B& be, in_view<B, bf16, 2> gate, in_view<B, bf16, 2> up, out_v
   check_extent(op, "up", up, 1, gate.extent(1), "gate.extent(1)");
   check_extent(op, "y", y, 0, gate.extent(0), "gate.extent(0)");
   check_extent(op, "y", y, 1, gate.extent(1), "gate.extent(1)");
-  dense_detail::check_disjoint_rows(op, "y", y);
-  dense_detail::check_no_overlap(op, "y", y, "gate", gate, true);
-  dense_detail::check_no_overlap(op, "y", y, "up", up, true);
+  detail::check_disjoint_rows(op, "y", y);
+  detail::check_no_overlap(op, "y", y, "gate", gate, true);
+  detail::check_no_overlap(op, "y", y, "up", up, true);
   if (y.empty()) return;
   dispatch<swiglu_op>(be, gate, up, y);
 }

@@ -6,12 +6,10 @@
 // rounded once to T. The indexer's rotate_activation is n = 128, scale = 128^-0.5, bf16.
 #pragma once
 
-#include <cstdint>
-#include <string>
 #include <string_view>
 #include <type_traits>
-#include <utility>
 
+#include "dsa/core/aliasing.hpp"
 #include "dsa/core/backend.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
@@ -22,35 +20,6 @@
 DSA_NAMESPACE_BEGIN
 
 struct hadamard_transform_op {};
-
-namespace hadamard_detail {
-
-// [lowest, highest] element address a view touches, as integers (comparing pointers into
-// different objects with < is unspecified). Only meaningful for a non-empty view.
-template <class View>
-std::pair<std::uintptr_t, std::uintptr_t> view_address_span(const View& v) {
-  using E = typename View::value_type;
-  index_t lo = 0, hi = 0;
-  for (std::size_t r = 0; r < View::rank(); ++r) {
-    const index_t reach = (v.extent(r) - 1) * v.stride(r);
-    if (reach < 0) lo += reach;
-    else hi += reach;
-  }
-  const auto base = reinterpret_cast<std::uintptr_t>(v.data_handle());
-  const auto size = static_cast<std::uintptr_t>(sizeof(E));
-  return {base + static_cast<std::uintptr_t>(lo) * size, base + static_cast<std::uintptr_t>(hi) * size + size - 1};
-}
-
-// True when two non-empty views' address spans intersect (a conservative overlap test).
-template <class A, class B>
-bool view_spans_intersect(const A& a, const B& b) {
-  if (a.empty() || b.empty()) return false;
-  const auto sa = view_address_span(a);
-  const auto sb = view_address_span(b);
-  return sa.first <= sb.second && sb.first <= sa.second;
-}
-
-}  // namespace hadamard_detail
 
 /// y = (x * H_n) * scale for every row, n = x.extent(1); x and y may be the same view (in place).
 /// T is float or bf16. Throws dsa::error for an unsupported n (see is_hadamard_size), mismatched
@@ -71,14 +40,8 @@ void hadamard_transform(const B& be, in_view<B, T, 2> x, out_view<B, T, 2> y, fl
   }
   check_extent(op, "y", y, 0, x.extent(0), "x.extent(0)");
   check_extent(op, "y", y, 1, n, "x.extent(1)");
-  if (y.extent(0) > 1 && (y.stride(0) < n && y.stride(0) > -n)) {
-    fail(op, "y.stride(0)", y.stride(0), "|stride| >= " + std::to_string(n) + " (output rows must not overlap)");
-  }
-  const bool same_view = static_cast<const void*>(x.data_handle()) == static_cast<const void*>(y.data_handle()) &&
-                         (x.extent(0) <= 1 || x.stride(0) == y.stride(0));
-  if (!same_view && hadamard_detail::view_spans_intersect(x, y)) {
-    fail(op, "y", "a view overlapping x", "either exactly x (in place) or memory disjoint from x");
-  }
+  detail::check_disjoint_rows(op, "y", y);
+  detail::check_no_overlap(op, "y", y, "x", x, true);
   if (x.empty()) return;
   dispatch<hadamard_transform_op>(be, tensor_view<const T, 2, typename B::memory_space>(x), y, scale);
 }

@@ -34,9 +34,9 @@ void lightning_indexer_weights(const B& be, in_view<B, float, 2> proj, in_view<B
   check_extent(op, "q_scale", q_scale, 1, proj.extent(1), "proj.extent(1), heads");
   check_extent(op, "w", w, 0, proj.extent(0), "proj.extent(0), tokens");
   check_extent(op, "w", w, 1, proj.extent(1), "proj.extent(1), heads");
-  dense_detail::check_disjoint_rows(op, "w", w);
-  dense_detail::check_no_overlap(op, "w", w, "proj", proj, true);
-  dense_detail::check_no_overlap(op, "w", w, "q_scale", q_scale, false);
+  detail::check_disjoint_rows(op, "w", w);
+  detail::check_no_overlap(op, "w", w, "proj", proj, true);
+  detail::check_no_overlap(op, "w", w, "q_scale", q_scale, false);
   if (w.empty()) return;
   dispatch<lightning_indexer_weights_op>(be, proj, q_scale, w, head_scale, dim_scale);
 }

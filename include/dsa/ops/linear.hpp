@@ -61,10 +61,10 @@ void fp8_linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_
   check_extent(op, "w_scale", w_scale, 1, in / fp8_linear_block, "x.extent(1) / 128");
   check_extent(op, "y", y, 0, t, "x.extent(0), the tokens");
   check_extent(op, "y", y, 1, out, "w.extent(0), the output features");
-  dense_detail::check_disjoint_rows(op, "y", y);
-  dense_detail::check_no_overlap(op, "y", y, "x", xc, false);
-  dense_detail::check_no_overlap(op, "y", y, "w", w, false);
-  dense_detail::check_no_overlap(op, "y", y, "w_scale", w_scale, false);
+  detail::check_disjoint_rows(op, "y", y);
+  detail::check_no_overlap(op, "y", y, "x", xc, false);
+  detail::check_no_overlap(op, "y", y, "w", w, false);
+  detail::check_no_overlap(op, "y", y, "w_scale", w_scale, false);
   if (y.empty()) return;
   dispatch<fp8_linear_op>(be, xc, tensor_view<const fp8_e4m3, 2, space>(w), tensor_view<const float, 2, space>(w_scale),
                           y, act_format);
@@ -94,9 +94,9 @@ void linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, tensor_
   check_extent(op, "w", wc, 1, xc.extent(1), "x.extent(1), the input features");
   check_extent(op, "y", y, 0, xc.extent(0), "x.extent(0), the tokens");
   check_extent(op, "y", y, 1, wc.extent(0), "w.extent(0), the output features");
-  dense_detail::check_disjoint_rows(op, "y", y);
-  dense_detail::check_no_overlap(op, "y", y, "x", xc, false);
-  dense_detail::check_no_overlap(op, "y", y, "w", wc, false);
+  detail::check_disjoint_rows(op, "y", y);
+  detail::check_no_overlap(op, "y", y, "x", xc, false);
+  detail::check_no_overlap(op, "y", y, "w", wc, false);
   if (y.empty()) return;
   dispatch<linear_op>(be, xc, wc, y);
 }

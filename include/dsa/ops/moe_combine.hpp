@@ -50,12 +50,12 @@ void moe_combine(const B& be, in_view<B, bf16, 2> expert_out, in_view<B, std::in
     dense_detail::check_operand(op, "shared", shared);
     check_extent(op, "shared", shared, 0, t, "y.extent(0), tokens");
     check_extent(op, "shared", shared, 1, d, "y.extent(1), features");
-    dense_detail::check_no_overlap(op, "y", y, "shared", shared, true);
+    detail::check_no_overlap(op, "y", y, "shared", shared, true);
   }
-  dense_detail::check_disjoint_rows(op, "y", y);
-  dense_detail::check_no_overlap(op, "y", y, "expert_out", expert_out, false);
-  dense_detail::check_no_overlap(op, "y", y, "rows", rows, false);
-  dense_detail::check_no_overlap(op, "y", y, "weights", weights, false);
+  detail::check_disjoint_rows(op, "y", y);
+  detail::check_no_overlap(op, "y", y, "expert_out", expert_out, false);
+  detail::check_no_overlap(op, "y", y, "rows", rows, false);
+  detail::check_no_overlap(op, "y", y, "weights", weights, false);
   if constexpr (std::is_same_v<typename B::memory_space, host_space>) {
     const index_t r = expert_out.extent(0);
     for (index_t i = 0; i < t; ++i) {

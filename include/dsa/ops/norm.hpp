@@ -31,8 +31,8 @@ void check_norm_rows(std::string_view op, const XV& x, const YV& y, float eps) {
   if (x.extent(1) < 1) fail(op, "x.extent(1)", x.extent(1), "at least 1 (the normalized features)");
   check_extent(op, "y", y, 0, x.extent(0), "x.extent(0), the rows");
   check_extent(op, "y", y, 1, x.extent(1), "x.extent(1), the features");
-  check_disjoint_rows(op, "y", y);
-  check_no_overlap(op, "y", y, "x", x, true);
+  detail::check_disjoint_rows(op, "y", y);
+  detail::check_no_overlap(op, "y", y, "x", x, true);
 }
 
 template <class V>
@@ -56,7 +56,7 @@ void rms_norm(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_vi
   const tensor_view<const X, 2, space> xc(x.data_handle(), x.extents(), x.strides());
   dense_detail::check_norm_rows(op, xc, y, eps);
   dense_detail::check_norm_param(op, "weight", weight, xc.extent(1));
-  dense_detail::check_no_overlap(op, "y", y, "weight", weight, false);
+  detail::check_no_overlap(op, "y", y, "weight", weight, false);
   if (y.empty()) return;
   dispatch<rms_norm_op>(be, xc, tensor_view<const float, 1, space>(weight), y, eps);
 }
@@ -74,12 +74,12 @@ void add_rms_norm(const B& be, in_view<B, bf16, 2> x, out_view<B, bf16, 2> resid
   dense_detail::check_operand(op, "residual", residual);
   check_extent(op, "residual", residual, 0, x.extent(0), "x.extent(0), the rows");
   check_extent(op, "residual", residual, 1, x.extent(1), "x.extent(1), the features");
-  dense_detail::check_disjoint_rows(op, "residual", residual);
+  detail::check_disjoint_rows(op, "residual", residual);
   dense_detail::check_norm_param(op, "weight", weight, x.extent(1));
-  dense_detail::check_no_overlap(op, "residual", residual, "x", x, false);
-  dense_detail::check_no_overlap(op, "residual", residual, "y", y, false);
-  dense_detail::check_no_overlap(op, "residual", residual, "weight", weight, false);
-  dense_detail::check_no_overlap(op, "y", y, "weight", weight, false);
+  detail::check_no_overlap(op, "residual", residual, "x", x, false);
+  detail::check_no_overlap(op, "residual", residual, "y", y, false);
+  detail::check_no_overlap(op, "residual", residual, "weight", weight, false);
+  detail::check_no_overlap(op, "y", y, "weight", weight, false);
   if (y.empty()) return;
   dispatch<add_rms_norm_op>(be, x, residual, tensor_view<const float, 1, space>(weight), y, eps);
 }
@@ -98,8 +98,8 @@ void layer_norm(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_
   dense_detail::check_norm_rows(op, xc, y, eps);
   dense_detail::check_norm_param(op, "weight", weight, xc.extent(1));
   dense_detail::check_norm_param(op, "bias", bias, xc.extent(1));
-  dense_detail::check_no_overlap(op, "y", y, "weight", weight, false);
-  dense_detail::check_no_overlap(op, "y", y, "bias", bias, false);
+  detail::check_no_overlap(op, "y", y, "weight", weight, false);
+  detail::check_no_overlap(op, "y", y, "bias", bias, false);
   if (y.empty()) return;
   dispatch<layer_norm_op>(be, xc, tensor_view<const float, 1, space>(weight), tensor_view<const float, 1, space>(bias),
                           y, eps);

@@ -63,8 +63,8 @@ void rope_apply(const B& be, out_view<B, bf16, 3> x, in_view<B, std::int32_t, 1>
   dense_detail::check_operand(op, "positions", positions);
   check_extent(op, "x", x, 2, cfg.dim, "cfg.dim, the rotated width");
   check_extent(op, "positions", positions, 0, x.extent(0), "x.extent(0), one position per token");
-  dense_detail::check_disjoint_rows(op, "x", x);
-  dense_detail::check_no_overlap(op, "x", x, "positions", positions, false);
+  detail::check_disjoint_rows(op, "x", x);
+  detail::check_no_overlap(op, "x", x, "positions", positions, false);
   if (x.empty()) return;
   dispatch<rope_apply_op>(be, x, tensor_view<const std::int32_t, 1, typename B::memory_space>(positions), cfg, layout);
 }

@@ -93,18 +93,18 @@ void sparse_mha_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, bf16, 3
   check_extent(op, "out", out, 0, s, "q.extent(0), tokens");
   check_extent(op, "out", out, 1, h, "q.extent(1), heads");
   check_extent(op, "out", out, 2, v.extent(2), "v.extent(2), d_v");
-  dense_detail::check_disjoint_rows(op, "out", out);
-  dense_detail::check_no_overlap(op, "out", out, "q", q, false);
-  dense_detail::check_no_overlap(op, "out", out, "k_nope", k_nope, false);
-  dense_detail::check_no_overlap(op, "out", out, "k_rope", k_rope, false);
-  dense_detail::check_no_overlap(op, "out", out, "v", v, false);
-  dense_detail::check_no_overlap(op, "out", out, "indices", indices, false);
+  detail::check_disjoint_rows(op, "out", out);
+  detail::check_no_overlap(op, "out", out, "q", q, false);
+  detail::check_no_overlap(op, "out", out, "k_nope", k_nope, false);
+  detail::check_no_overlap(op, "out", out, "k_rope", k_rope, false);
+  detail::check_no_overlap(op, "out", out, "v", v, false);
+  detail::check_no_overlap(op, "out", out, "indices", indices, false);
   if (!lse.is_absent()) {
     dense_detail::check_operand(op, "lse", lse);
     check_extent(op, "lse", lse, 0, s, "q.extent(0), tokens");
     check_extent(op, "lse", lse, 1, h, "q.extent(1), heads");
-    dense_detail::check_disjoint_rows(op, "lse", lse);
-    dense_detail::check_no_overlap(op, "lse", lse, "out", out, false);
+    detail::check_disjoint_rows(op, "lse", lse);
+    detail::check_no_overlap(op, "lse", lse, "out", out, false);
   }
   if (out.empty()) return;
   dispatch<sparse_mha_attention_op>(be, q, k_nope, k_rope, v, indices, out, cfg, lse);
