@@ -1,7 +1,8 @@
-// Umbrella header for the CUDA backend: core types, dsa::cuda_backend, device memory, errors and
-// the device-side building blocks (arch/). Compile with nvcc (C++20, --expt-relaxed-constexpr,
-// which the dsa::cuda CMake target adds). The CUDA op implementations (op_impl<cuda_backend, ...>)
-// are included here as they land; until then no op dispatches to this backend.
+// Umbrella header for the CUDA backend: core types, dsa::cuda_backend, device memory, errors, the
+// device-side building blocks (arch/) and the op implementations (op_impl<cuda_backend, ...>).
+// Compile with nvcc (C++20, --expt-relaxed-constexpr, which the dsa::cuda CMake target adds).
+// docs/cuda.md lists which ops have a CUDA implementation; calling one that has none is a
+// compile error (dispatch's static_assert).
 #pragma once
 
 #include "dsa/core/backend.hpp"
@@ -15,5 +16,13 @@
 #include "dsa/cuda/error.hpp"
 #include "dsa/cuda/memory.cuh"
 
+#include "dsa/cuda/arch/block.cuh"
 #include "dsa/cuda/arch/fp8.cuh"
 #include "dsa/cuda/arch/warp.cuh"
+
+#include "dsa/cuda/launch.cuh"
+
+#include "dsa/cuda/hadamard.cuh"
+#include "dsa/cuda/fp8_quant.cuh"
+#include "dsa/cuda/kv_cache.cuh"
+#include "dsa/cuda/topk.cuh"

@@ -1,0 +1,47 @@
+// Host-side helpers shared by the CUDA op implementations: grid sizes and the device's shared
+// memory limits. Everything here is host code; kernels are in kernels/.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "dsa/core/config.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/cuda/error.hpp"
+
+DSA_NAMESPACE_BEGIN
+namespace cuda_detail {
+
+/// Most blocks any dsa kernel launches along x: kernels loop over the rest (grid-stride), so a
+/// problem of any size launches, and 2^20 blocks keep every current GPU full.
+inline constexpr index_t max_grid_blocks = index_t{1} << 20;
+
+/// Blocks for `items` work items of `per_block` items each, at least 1, at most max_grid_blocks.
+inline unsigned grid_blocks(index_t items, index_t per_block) {
+  const index_t blocks = (items + per_block - 1) / per_block;
+  return static_cast<unsigned>(std::clamp<index_t>(blocks, 1, max_grid_blocks));
+}
+
+/// Dynamic shared memory a block may opt into on the current device (cudaDevAttrMaxSharedMemoryPerBlockOptin):
+/// 227 KB on sm_90, 163 KB on sm_80, 99 KB on sm_86/sm_89. A host query that neither
+/// synchronises nor enqueues anything, so ops stay capturable in CUDA graphs.
+inline index_t max_dynamic_shared_memory() {
+  int device = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  int bytes = 0;
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
+}
+
+/// Lets `kernel` launch with `bytes` of dynamic shared memory (needed above the 48 KB default).
+template <class Kernel>
+void allow_dynamic_shared_memory(Kernel* kernel, index_t bytes) {
+  if (bytes > 48 * 1024) {
+    DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  }
+}
+
+}  // namespace cuda_detail
+DSA_NAMESPACE_END

@@ -1,0 +1,37 @@
+// The FP8 quantizers on the CUDA backend, for the doctest tests (see op_launchers.hpp).
+#include "op_launchers.hpp"
+
+#include "dsa/cuda.cuh"
+
+namespace dsa_test::cuda_ops {
+
+void act_quant(const cuda_backend& be, dview<const float, 2> x, dview<fp8_e4m3, 2> q, dview<float, 2> s,
+               dsa::act_quant_config cfg) {
+  dsa::act_quant(be, x, q, s, cfg);
+}
+void act_quant(const cuda_backend& be, dview<const bf16, 2> x, dview<fp8_e4m3, 2> q, dview<float, 2> s,
+               dsa::act_quant_config cfg) {
+  dsa::act_quant(be, x, q, s, cfg);
+}
+void act_dequant(const cuda_backend& be, dview<const fp8_e4m3, 2> q, dview<const float, 2> s, dview<float, 2> y,
+                 index_t group_size) {
+  dsa::act_dequant(be, q, s, y, group_size);
+}
+void act_dequant(const cuda_backend& be, dview<const fp8_e4m3, 2> q, dview<const float, 2> s, dview<bf16, 2> y,
+                 index_t group_size) {
+  dsa::act_dequant(be, q, s, y, group_size);
+}
+void weight_quant(const cuda_backend& be, dview<const float, 2> w, dview<fp8_e4m3, 2> q, dview<float, 2> s) {
+  dsa::weight_quant(be, w, q, s);
+}
+void weight_quant(const cuda_backend& be, dview<const bf16, 2> w, dview<fp8_e4m3, 2> q, dview<float, 2> s) {
+  dsa::weight_quant(be, w, q, s);
+}
+void weight_dequant(const cuda_backend& be, dview<const fp8_e4m3, 2> q, dview<const float, 2> s, dview<float, 2> w) {
+  dsa::weight_dequant(be, q, s, w);
+}
+void weight_dequant(const cuda_backend& be, dview<const fp8_e4m3, 2> q, dview<const float, 2> s, dview<bf16, 2> w) {
+  dsa::weight_dequant(be, q, s, w);
+}
+
+}  // namespace dsa_test::cuda_ops

@@ -1,0 +1,81 @@
+// Helpers of the CUDA op tests (test_ops_*.cpp): a stream per test, uploads and downloads of host
+// vectors, fake device views for front-end checks that must fail before touching the device, and
+// a bit-exact comparison that reports the first mismatches.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/cuda/backend.hpp"
+#include "dsa/cuda/error.hpp"
+#include "dsa/cuda/memory.hpp"
+
+namespace dsa_test {
+
+/// A non-blocking stream of the test's own, so the ops run off the legacy default stream.
+class test_stream {
+ public:
+  test_stream() { DSA_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~test_stream() { (void)cudaStreamDestroy(s_); }
+  test_stream(const test_stream&) = delete;
+  test_stream& operator=(const test_stream&) = delete;
+  cudaStream_t get() const { return s_; }
+  dsa::cuda_backend backend() const { return dsa::cuda_backend{s_}; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+template <class T>
+dsa::device_buffer<T> upload(const std::vector<T>& host, cudaStream_t s) {
+  dsa::device_buffer<T> d(static_cast<dsa::index_t>(host.size()), s);
+  dsa::copy_to_device(d, std::span<const T>(host), s);
+  return d;
+}
+
+/// The buffer's contents once the stream has finished.
+template <class T>
+std::vector<T> download(const dsa::device_buffer<T>& d, cudaStream_t s) {
+  return dsa::to_host(d, s);
+}
+
+/// A device view that points at no real memory: for calls that must throw in the front-end,
+/// before any kernel could read it. Needs no GPU.
+template <class T, std::size_t R>
+dsa::device_view<T, R> fake_device_view(const dsa::index_t (&extents)[R]) {
+  // Never dereferenced; an aligned, non-null address.
+  alignas(64) static unsigned char storage[64];
+  return dsa::make_view<dsa::device_space>(reinterpret_cast<T*>(storage), extents);
+}
+
+/// Byte-wise equality of two arrays of a trivially copyable type; reports up to five mismatches.
+template <class T>
+void check_bits_equal(const char* what, const std::vector<T>& device, const std::vector<T>& host) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  REQUIRE(device.size() == host.size());
+  std::size_t bad = 0;
+  std::size_t first = 0;
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    if (std::memcmp(&device[i], &host[i], sizeof(T)) != 0) {
+      if (bad == 0) first = i;
+      if (++bad <= 5) {
+        std::uint64_t d = 0, h = 0;
+        std::memcpy(&d, &device[i], sizeof(T) < 8 ? sizeof(T) : 8);
+        std::memcpy(&h, &host[i], sizeof(T) < 8 ? sizeof(T) : 8);
+        MESSAGE(what << ": element " << i << " differs: device bits 0x" << std::hex << d << ", host bits 0x" << h);
+      }
+    }
+  }
+  INFO(what << ": " << bad << " of " << host.size() << " elements differ (first at " << first << ")");
+  CHECK(bad == 0);
+}
+
+}  // namespace dsa_test
