@@ -1,6 +1,6 @@
 // Lightning indexer scores at DeepSeek-V3.2 shapes (H = 64 heads, d = 128): decode (m = 1) and
-// a prefill block (m = 64) against n = 8K..128K cached keys, dense and paged, plus the fp32
-// backward. Baseline: the straightforward scalar triple loop on the same inputs (smallest size
+// a prefill block (m = 64) against n = 8K..128K cached keys, dense and paged, on 2 threads and
+// (for the scaling figure) 1, plus the fp32 backward. Baseline: the straightforward scalar triple loop on the same inputs (smallest size
 // only: it is slow). FLOP/s counts the q·k products, 2·m·H·n·d, as every indexer paper does.
 #include <benchmark/benchmark.h>
 
@@ -55,13 +55,15 @@ std::vector<std::int32_t> full_ranges(index_t m, index_t n) {
   return r;
 }
 
+// Args: query rows m, keys n, threads.
 void BM_lightning_indexer_scores(benchmark::State& state) {
   const index_t m = state.range(0), n = state.range(1);
+  const dsa::cpu_backend be{static_cast<int>(state.range(2))};
   const auto& in = data();
   const auto ranges = full_ranges(m, n);
   std::vector<float> scores(static_cast<std::size_t>(m * n));
   for (auto _ : state) {
-    dsa::lightning_indexer_scores(dsa::cpu, dsa::make_view(in.q.data(), {m, kHeads, kDim}),
+    dsa::lightning_indexer_scores(be, dsa::make_view(in.q.data(), {m, kHeads, kDim}),
                                   dsa::make_view(in.w.data(), {m, kHeads}), dsa::make_view(in.k.data(), {n, kDim}),
                                   dsa::make_view(in.k_scale.data(), {n}), dsa::make_view(ranges.data(), {m, 2}),
                                   dsa::make_view(scores.data(), {m, n}));
@@ -71,8 +73,11 @@ void BM_lightning_indexer_scores(benchmark::State& state) {
   set_counters(state, m, n);
 }
 BENCHMARK(BM_lightning_indexer_scores)
-    ->ArgNames({"m", "n"})
-    ->ArgsProduct({{1, 64}, {8 * 1024, 32 * 1024, 128 * 1024}})
+    ->ArgNames({"m", "n", "threads"})
+    ->ArgsProduct({{1, 64}, {8 * 1024, 32 * 1024, 128 * 1024}, {2}})
+    ->Args({1, 32 * 1024, 1})
+    ->Args({16, 32 * 1024, 2})
+    ->Args({64, 8 * 1024, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(0.2);

@@ -1,14 +1,16 @@
 // CPU backend of the lightning indexer (forward, paged forward, backward).
 //
-// Forward: the work is cut into items of (query row, chunk of 256 keys). An item decodes its
-// query row to fp32 once, then walks its keys in tiles of 16: the tile is decoded to fp32 and
-// transposed (d x 16, 8 KiB for d = 128, so it stays in L1), and a register-blocked micro-kernel
-// computes a block of heads against the 16 keys, one 16-lane vector accumulator per head fed by
-// broadcast multiply-adds. Per element the dot product still runs over i = 0..d-1 sequentially
-// and the head sum over h = 0..H-1 with the product rounded first, which is the normative order
-// of dsa/numerics/lightning_indexer.hpp: the blocking only decides which independent sums are in
-// flight together. Every score is written by exactly one item, so the
-// result is bit-identical for any thread count.
+// Forward: the work is cut into items of (group of query rows, chunk of 256 keys). An item walks
+// its keys in tiles of 16: each key row is decoded to fp32 (vectorised arithmetic, no table),
+// the 16 rows are transposed into a d x 16 tile (8 KiB for d = 128, so it stays in L1), and for
+// every row of the group a register-blocked micro-kernel computes a block of heads against the
+// 16 keys, one 16-lane vector accumulator per head fed by broadcast multiply-adds. The tile is
+// decoded once for the whole row group (prefill), and the group's queries once per thread.
+// Per element the dot product still runs over i = 0..d-1 sequentially and the head sum over
+// h = 0..H-1 with the product rounded first, which is the normative order of
+// dsa/numerics/lightning_indexer.hpp: the blocking only decides which independent sums are in
+// flight together. Every score is written by exactly one item, so the result is bit-identical
+// for any thread count.
 #pragma once
 
 #include <algorithm>
@@ -19,6 +21,10 @@
 #include <limits>
 #include <type_traits>
 #include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
@@ -33,17 +39,6 @@
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
-
-/// The values of the 256 e4m3 codes: decoding through a table keeps bit manipulation out of
-/// the inner loops (the table is built from fp8_e4m3::to_float, so it is exact by construction).
-inline const float* e4m3_decode_table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int c = 0; c < 256; ++c) t[static_cast<std::size_t>(c)] = fp8_e4m3::from_bits(static_cast<std::uint8_t>(c)).to_float();
-    return t;
-  }();
-  return table.data();
-}
 
 /// Calls body(item, scratch) for every item in [0, count), handing items to the backend's
 /// threads one at a time from a shared counter (balances causal ranges, where rows differ
@@ -138,36 +133,88 @@ DSA_FORCEINLINE T* head_row(const tensor_view<T, 3>& v, index_t t, index_t h) {
   return v.data_handle() + t * v.stride(0) + h * v.stride(1);
 }
 
-template <class T>
-DSA_FORCEINLINE float decode(T x, const float* lut) {
-  if constexpr (std::is_same_v<T, fp8_e4m3>) {
-    return lut[x.bits];
-  } else {
-    (void)lut;
-    return x;
+// fp8_e4m3::to_float on the bits, branch-free so that row decodes vectorise: the 7-bit
+// magnitude shifted into an fp32 pattern is its value times 2^-120 (normal codes land on normal
+// fp32 numbers, subnormal codes on fp32 subnormals), so one exact multiply by 2^120 restores it;
+// magnitude 0x7F is the format's NaN, which to_float returns as the quiet NaN with the sign.
+DSA_FORCEINLINE float e4m3_value(std::uint32_t b) {
+  const std::uint32_t mag = b & 0x7Fu;
+  const float m = detail::bits_float(mag << 20) * 0x1p120f;
+  return detail::bits_float((mag == 0x7Fu ? 0x7FC00000u : detail::float_bits(m)) | ((b & 0x80u) << 24));
+}
+
+// One row of d values to fp32.
+DSA_FORCEINLINE void decode_row(const fp8_e4m3* DSA_RESTRICT src, index_t d, float* DSA_RESTRICT dst) {
+  for (index_t i = 0; i < d; ++i) dst[i] = e4m3_value(src[i].bits);
+}
+DSA_FORCEINLINE void decode_row(const std::uint8_t* DSA_RESTRICT src, index_t d, float* DSA_RESTRICT dst) {
+  for (index_t i = 0; i < d; ++i) dst[i] = e4m3_value(src[i]);
+}
+DSA_FORCEINLINE void decode_row(const float* DSA_RESTRICT src, index_t d, float* DSA_RESTRICT dst) {
+  for (index_t i = 0; i < d; ++i) dst[i] = src[i];
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+// GCC 12 reports its own _mm512_undefined_ps() inside the shuffle intrinsics as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// kt[i * key_tile + j] = rows[j * d + i]: the key_tile decoded rows transposed into the tile.
+inline void transpose_tile(const float* DSA_RESTRICT rows, index_t d, float* DSA_RESTRICT kt) {
+  index_t i0 = 0;
+#if defined(__AVX512F__)
+  static_assert(key_tile == 16);
+  // 16 x 16 blocks in registers: 2-, 4-, 8- and 16-lane interleaves.
+  for (; i0 + 16 <= d; i0 += 16) {
+    __m512 r[16], t[16];
+    for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_ps(rows + j * d + i0);
+    for (int j = 0; j < 16; j += 2) {
+      t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
+      t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 16; j += 4) {
+      r[j] = _mm512_shuffle_ps(t[j], t[j + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      r[j + 1] = _mm512_shuffle_ps(t[j], t[j + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      r[j + 2] = _mm512_shuffle_ps(t[j + 1], t[j + 3], _MM_SHUFFLE(1, 0, 1, 0));
+      r[j + 3] = _mm512_shuffle_ps(t[j + 1], t[j + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int j = 0; j < 16; j += 8) {
+      for (int u = 0; u < 4; ++u) {
+        t[j + u] = _mm512_shuffle_f32x4(r[j + u], r[j + u + 4], 0x88);
+        t[j + u + 4] = _mm512_shuffle_f32x4(r[j + u], r[j + u + 4], 0xDD);
+      }
+    }
+    for (int u = 0; u < 8; ++u) {
+      r[u] = _mm512_shuffle_f32x4(t[u], t[u + 8], 0x88);
+      r[u + 8] = _mm512_shuffle_f32x4(t[u], t[u + 8], 0xDD);
+    }
+    for (int i = 0; i < 16; ++i) _mm512_storeu_ps(kt + (i0 + i) * key_tile, r[i]);
+  }
+#endif
+  for (index_t i = i0; i < d; ++i) {
+    for (index_t j = 0; j < key_tile; ++j) kt[i * key_tile + j] = rows[j * d + i];
   }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // Keys held in a dense [n, d] view with one scale per key.
 template <class KT>
 struct dense_keys {
   tensor_view<const KT, 2> k;
   tensor_view<const float, 1> k_scale;
-  const float* lut;
 
-  // Decodes keys [p, p + count) into the transposed tile kt [d, key_tile] and their scales,
-  // zero-filling the unused columns.
-  void load(index_t /*row*/, index_t p, index_t count, float* kt, float* scale) const {
+  // Decodes keys [p, p + count) of the row group that starts at `row` into `rows` [key_tile, d]
+  // (unused rows zero) and their scales.
+  void load(index_t /*row*/, index_t p, index_t count, float* rows, float* scale) const {
     const index_t d = k.extent(1);
     for (index_t j = 0; j < count; ++j) {
-      const KT* src = k.row(p + j);
-      for (index_t i = 0; i < d; ++i) kt[i * key_tile + j] = decode(src[i], lut);
+      decode_row(k.row(p + j), d, rows + j * d);
       scale[j] = k_scale(p + j);
     }
-    for (index_t j = count; j < key_tile; ++j) {
-      for (index_t i = 0; i < d; ++i) kt[i * key_tile + j] = 0.0f;
-      scale[j] = 0.0f;
-    }
+    std::fill(rows + count * d, rows + key_tile * d, 0.0f);
+    std::fill(scale + count, scale + key_tile, 0.0f);
   }
 };
 
@@ -177,67 +224,86 @@ struct paged_keys {
   tensor_view<const std::uint8_t, 2> cache;
   tensor_view<const std::int32_t, 2> block_table;
   index_t block_size;
-  const float* lut;
 
-  void load(index_t row, index_t p, index_t count, float* kt, float* scale) const {
+  void load(index_t row, index_t p, index_t count, float* rows, float* scale) const {
     constexpr index_t d = indexer_cache_dim;
     const std::int32_t* table = block_table.row(row);
     for (index_t j = 0; j < count; ++j) {
       const std::uint8_t* src = cache.row(paged_cache_slot(table, block_size, p + j));
-      for (index_t i = 0; i < d; ++i) kt[i * key_tile + j] = lut[src[i]];
+      decode_row(src, d, rows + j * d);
       scale[j] = indexer_cache_row_scale(src);
     }
-    for (index_t j = count; j < key_tile; ++j) {
-      for (index_t i = 0; i < d; ++i) kt[i * key_tile + j] = 0.0f;
-      scale[j] = 0.0f;
-    }
+    std::fill(rows + count * d, rows + key_tile * d, 0.0f);
+    std::fill(scale + count, scale + key_tile, 0.0f);
   }
 };
 
+// Rows per work item: they share each decoded key tile. Paged rows each have their own block
+// table, so there a group is one row.
+inline constexpr index_t row_group = 8;
+
 template <class QT, class Keys>
 void run_scores(const cpu_backend& be, tensor_view<const QT, 3> q, tensor_view<const float, 2> w, const Keys& keys,
-                tensor_view<const std::int32_t, 2> ranges, tensor_view<float, 2> scores) {
+                tensor_view<const std::int32_t, 2> ranges, tensor_view<float, 2> scores, index_t group) {
   const index_t m = q.extent(0), heads = q.extent(1), d = q.extent(2), n = scores.extent(1);
   const index_t chunks_per_row = (n + key_chunk - 1) / key_chunk;
-  const float* lut = e4m3_decode_table();
+  const index_t groups = (m + group - 1) / group;
   struct scratch {
-    std::vector<float> qf, kt;
+    std::vector<float> qf, rows, kt;
     float tot[key_tile];
     float scale[key_tile];
-    index_t decoded_row = -1;
+    index_t decoded_group = -1;
   };
   parallel_items(
-      be, m * chunks_per_row,
+      be, groups * chunks_per_row,
       [&] {
         scratch s;
-        s.qf.resize(static_cast<std::size_t>(heads * d));
+        s.qf.resize(static_cast<std::size_t>(group * heads * d));
+        s.rows.resize(static_cast<std::size_t>(key_tile * d));
         s.kt.resize(static_cast<std::size_t>(d * key_tile));
         return s;
       },
       [&](index_t item, scratch& sc) {
-        const index_t t = item / chunks_per_row;
+        // Group-major order: consecutive items of a thread mostly share the decoded queries.
+        const index_t g = item / chunks_per_row;
+        const index_t t0 = g * group, t1 = std::min(m, t0 + group);
         const index_t c0 = (item % chunks_per_row) * key_chunk;
         const index_t c1 = std::min(n, c0 + key_chunk);
-        const index_t lo = std::clamp<index_t>(ranges(t, 0), c0, c1);
-        const index_t hi = std::clamp<index_t>(ranges(t, 1), lo, c1);
-        float* out = scores.row(t);
         constexpr float neg_inf = -std::numeric_limits<float>::infinity();
-        std::fill(out + c0, out + lo, neg_inf);
-        std::fill(out + hi, out + c1, neg_inf);
-        if (lo == hi) return;
-        if (sc.decoded_row != t) {
-          for (index_t h = 0; h < heads; ++h) {
-            const QT* src = head_row(q, t, h);
-            for (index_t i = 0; i < d; ++i) sc.qf[static_cast<std::size_t>(h * d + i)] = decode(src[i], lut);
+        // The union of the group's ranges within the chunk, [lo_all, hi_all).
+        index_t lo_all = c1, hi_all = c0;
+        for (index_t t = t0; t < t1; ++t) {
+          const index_t lo = std::clamp<index_t>(ranges(t, 0), c0, c1);
+          const index_t hi = std::clamp<index_t>(ranges(t, 1), lo, c1);
+          float* out = scores.row(t);
+          std::fill(out + c0, out + lo, neg_inf);
+          std::fill(out + hi, out + c1, neg_inf);
+          if (lo < hi) {
+            lo_all = std::min(lo_all, lo);
+            hi_all = std::max(hi_all, hi);
           }
-          sc.decoded_row = t;
         }
-        const float* wrow = w.row(t);
-        for (index_t p = lo; p < hi; p += key_tile) {
-          const index_t count = std::min(key_tile, hi - p);
-          keys.load(t, p, count, sc.kt.data(), sc.scale);
-          tile_scores(sc.qf.data(), heads, d, wrow, sc.kt.data(), sc.tot);
-          for (index_t j = 0; j < count; ++j) out[p + j] = sc.tot[j] * sc.scale[j];
+        if (lo_all >= hi_all) return;
+        if (sc.decoded_group != g) {
+          for (index_t t = t0; t < t1; ++t) {
+            for (index_t h = 0; h < heads; ++h) decode_row(head_row(q, t, h), d, sc.qf.data() + ((t - t0) * heads + h) * d);
+          }
+          sc.decoded_group = g;
+        }
+        for (index_t p = lo_all; p < hi_all; p += key_tile) {
+          const index_t count = std::min(key_tile, hi_all - p);
+          keys.load(t0, p, count, sc.rows.data(), sc.scale);
+          transpose_tile(sc.rows.data(), d, sc.kt.data());
+          for (index_t t = t0; t < t1; ++t) {
+            // This row's part of the tile: every lane is an independent score, so computing
+            // the whole tile and keeping a part gives the same bits as a tile of that part.
+            const index_t lo = std::max(p, static_cast<index_t>(ranges(t, 0)));
+            const index_t hi = std::min(p + count, static_cast<index_t>(ranges(t, 1)));
+            if (lo >= hi) continue;
+            tile_scores(sc.qf.data() + (t - t0) * heads * d, heads, d, w.row(t), sc.kt.data(), sc.tot);
+            float* out = scores.row(t);
+            for (index_t j = lo; j < hi; ++j) out[j] = sc.tot[j - p] * sc.scale[j - p];
+          }
         }
       });
 }
@@ -252,8 +318,8 @@ struct op_impl<cpu_backend, lightning_indexer_scores_op> {
                   tensor_view<const T, 2> k, tensor_view<const float, 1> k_scale,
                   tensor_view<const std::int32_t, 2> ranges, tensor_view<float, 2> scores) {
     static_assert(std::is_same_v<T, fp8_e4m3> || std::is_same_v<T, float>);
-    const cpu_detail::indexer::dense_keys<T> keys{k, k_scale, cpu_detail::e4m3_decode_table()};
-    cpu_detail::indexer::run_scores(be, q, w, keys, ranges, scores);
+    const cpu_detail::indexer::dense_keys<T> keys{k, k_scale};
+    cpu_detail::indexer::run_scores(be, q, w, keys, ranges, scores, cpu_detail::indexer::row_group);
   }
 };
 
@@ -262,8 +328,8 @@ struct op_impl<cpu_backend, lightning_indexer_scores_paged_op> {
   static void run(const cpu_backend& be, tensor_view<const fp8_e4m3, 3> q, tensor_view<const float, 2> w,
                   tensor_view<const std::uint8_t, 2> cache, tensor_view<const std::int32_t, 2> block_table,
                   index_t block_size, tensor_view<const std::int32_t, 2> ranges, tensor_view<float, 2> scores) {
-    const cpu_detail::indexer::paged_keys keys{cache, block_table, block_size, cpu_detail::e4m3_decode_table()};
-    cpu_detail::indexer::run_scores(be, q, w, keys, ranges, scores);
+    const cpu_detail::indexer::paged_keys keys{cache, block_table, block_size};
+    cpu_detail::indexer::run_scores(be, q, w, keys, ranges, scores, 1);
   }
 };
 

@@ -1,24 +1,30 @@
 // CPU backend of sparse MLA attention (ops/sparse_mla_attention.hpp).
 //
-// Heads are processed in blocks of sparse_mla_head_block. A work item is a query token and a
-// group of its head blocks: it walks the token's used kv entries in tiles of sparse_mla_key_tile
-// rows, gathers each tile once into fp32 (bf16 -> fp32, or the FP8 row decode), and for every
-// block of the group computes the logits as one GEMM [heads, d_qk] x [d_qk, tile] and P·V as
-// another, [heads, tile] x [tile, d_v]. Sharing each gathered tile between all the heads is what
-// makes MQA attention compute-bound.
+// A work item is a query token and a group of its heads. It walks the token's used kv entries
+// in tiles of sparse_mla_key_tile rows, decodes each tile once into fp32 (bf16 -> fp32, or the
+// FP8 row decode) and shares it between all the heads of the group, which is what makes MQA
+// attention compute-bound. Per tile, two register-blocked micro-kernels (GCC vector extensions,
+// lowered to AVX-512, AVX2 or SSE):
+//   - logits, vectorised over heads: S^T[j, h] = sum_i k[j, i] · q[h, i], i = 0, 1, ... from +0,
+//     with the queries transposed once per item ([d_qk, heads]) and each key value broadcast.
+//     bf16 x bf16 products (and the FP8 values, which are bf16 values) are exact in fp32, so
+//     this is the same sequential sum whether or not the compiler fuses it into FMAs;
+//   - P·V, vectorised over the output columns: per tile a partial sum
+//     sum_j p[h, j] · v[j, c] (j ascending, from +0) that is then added to the accumulator.
+// The online softmax between them is the scalar sequence of numerics/online_softmax.hpp.
 //
-// The block size is a constant and a tile's GEMM shapes depend only on the token's entry count,
-// so every output element is computed by the same sequence of operations however blocks are
-// grouped: results are bit-identical for every dsa::cpu_backend{n}. With many tokens a group is
-// all of a token's heads (prefill); with fewer tokens than threads (decode) a token's blocks are
-// split over the threads.
+// Every output element is computed by the same sequence of operations however heads and tokens
+// are grouped (the blocking only chooses which independent sums are in flight together), so
+// results are bit-identical for every dsa::cpu_backend{n}. With many tokens a group is all of a
+// token's heads (prefill); with fewer tokens than threads (decode) a token's head blocks are
+// split over the threads. The P·V products are not exact, so a build whose compiler contracts
+// them into FMAs (-march with FMA) may differ from one without in the last ulp.
 #pragma once
-
-#include <Eigen/Core>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "dsa/core/backend.hpp"
@@ -36,55 +42,182 @@ namespace cpu_detail {
 
 /// kv entries per online-softmax step.
 inline constexpr index_t sparse_mla_key_tile = 64;
-/// Heads per GEMM. A constant, so that results never depend on the thread count; it also bounds
-/// how finely one decode token's 128 heads can be split over threads.
+/// Heads per block: the unit in which one decode token's heads are split over threads, and in
+/// which the head sum of `probs` is formed.
 inline constexpr index_t sparse_mla_head_block = 16;
 /// Upper bound (in floats) of the per-block partial sums of `probs` kept at once.
 inline constexpr index_t sparse_mla_probs_scratch = index_t{1} << 24;
 
-// Gathers bf16 cache rows into fp32.
+namespace mla {
+
+/// Lanes of one micro-kernel vector; matrices the kernels touch are padded to a multiple.
+inline constexpr index_t lanes = 16;
+inline constexpr index_t pad(index_t x) { return (x + lanes - 1) / lanes * lanes; }
+
+// Register blocking of the two micro-kernels (accumulators = KEYS x HEADV and HEADS x COLV
+// vectors of 16 floats: 1 zmm, 2 ymm or 4 xmm each), sized to the register file.
+#if defined(__AVX512F__)
+inline constexpr int logit_keys = 6, logit_headv = 4;
+inline constexpr int pv_heads = 6, pv_colv = 4;
+#elif defined(__AVX__)
+inline constexpr int logit_keys = 3, logit_headv = 2;
+inline constexpr int pv_heads = 3, pv_colv = 2;
+#else
+inline constexpr int logit_keys = 2, logit_headv = 1;
+inline constexpr int pv_heads = 2, pv_colv = 1;
+#endif
+
+#if defined(__GNUC__)
+// Loaded and stored with memcpy (no alignment assumed) and never passed by value, so no
+// vector-typed ABI is involved whatever the target.
+typedef float vec __attribute__((vector_size(lanes * sizeof(float))));
+#else
+struct vec {
+  float x[lanes] = {};
+  vec& operator+=(const vec& o) {
+    for (index_t l = 0; l < lanes; ++l) x[l] += o.x[l];
+    return *this;
+  }
+  friend vec operator*(float a, const vec& v) {
+    vec r;
+    for (index_t l = 0; l < lanes; ++l) r.x[l] = a * v.x[l];
+    return r;
+  }
+};
+#endif
+
+// st[j * hpad + h] = sum_i kt[j * kstride + i] · qt[i * hpad + h] for KEYS keys and HEADV * 16
+// heads, i ascending from +0.
+template <int KEYS, int HEADV>
+DSA_FORCEINLINE void logits_block(const float* DSA_RESTRICT qt, index_t hpad, const float* DSA_RESTRICT kt,
+                                  index_t kstride, index_t d, float* DSA_RESTRICT st) {
+  vec acc[KEYS][HEADV];
+  for (int j = 0; j < KEYS; ++j)
+    for (int v = 0; v < HEADV; ++v) acc[j][v] = vec{};
+  for (index_t i = 0; i < d; ++i) {
+    vec qv[HEADV];
+    for (int v = 0; v < HEADV; ++v) std::memcpy(&qv[v], qt + i * hpad + v * lanes, sizeof(vec));
+    for (int j = 0; j < KEYS; ++j) {
+      const float kj = kt[j * kstride + i];
+      for (int v = 0; v < HEADV; ++v) acc[j][v] += kj * qv[v];
+    }
+  }
+  for (int j = 0; j < KEYS; ++j)
+    for (int v = 0; v < HEADV; ++v) {
+      const vec x = acc[j][v];  // a copy: taking the accumulators' address would keep them in memory
+      std::memcpy(st + j * hpad + v * lanes, &x, sizeof x);
+    }
+}
+
+template <int KEYS>
+void logits_keys(const float* qt, index_t hpad, const float* kt, index_t kstride, index_t d, float* st) {
+  index_t h = 0;
+  for (; h + logit_headv * lanes <= hpad; h += logit_headv * lanes) {
+    logits_block<KEYS, logit_headv>(qt + h, hpad, kt, kstride, d, st + h);
+  }
+  for (; h < hpad; h += lanes) logits_block<KEYS, 1>(qt + h, hpad, kt, kstride, d, st + h);
+}
+
+// S^T [jn, hpad] of the tile.
+inline void tile_logits(const float* qt, index_t hpad, const float* kt, index_t kstride, index_t d, index_t jn,
+                        float* st) {
+  index_t j = 0;
+  for (; j + logit_keys <= jn; j += logit_keys) logits_keys<logit_keys>(qt, hpad, kt + j * kstride, kstride, d, st + j * hpad);
+  for (; j < jn; ++j) logits_keys<1>(qt, hpad, kt + j * kstride, kstride, d, st + j * hpad);
+}
+
+// acc[h * astride + c] += sum_j p[h * pstride + j] · kt[j * kstride + c] (the partial sum over
+// j ascending from +0, then one addition) for HEADS heads and COLV * 16 columns.
+template <int HEADS, int COLV>
+DSA_FORCEINLINE void pv_block(const float* DSA_RESTRICT p, index_t pstride, const float* DSA_RESTRICT kt,
+                              index_t kstride, index_t jn, float* DSA_RESTRICT acc, index_t astride) {
+  vec part[HEADS][COLV];
+  for (int h = 0; h < HEADS; ++h)
+    for (int v = 0; v < COLV; ++v) part[h][v] = vec{};
+  for (index_t j = 0; j < jn; ++j) {
+    vec vv[COLV];
+    for (int v = 0; v < COLV; ++v) std::memcpy(&vv[v], kt + j * kstride + v * lanes, sizeof(vec));
+    for (int h = 0; h < HEADS; ++h) {
+      const float ph = p[h * pstride + j];
+      for (int v = 0; v < COLV; ++v) part[h][v] += ph * vv[v];
+    }
+  }
+  for (int h = 0; h < HEADS; ++h) {
+    for (int v = 0; v < COLV; ++v) {
+      vec x;
+      std::memcpy(&x, acc + h * astride + v * lanes, sizeof x);
+      x += part[h][v];
+      std::memcpy(acc + h * astride + v * lanes, &x, sizeof x);
+    }
+  }
+}
+
+template <int COLV>
+void pv_cols(const float* p, index_t pstride, const float* kt, index_t kstride, index_t jn, float* acc,
+             index_t astride, index_t heads) {
+  index_t h = 0;
+  for (; h + pv_heads <= heads; h += pv_heads) {
+    pv_block<pv_heads, COLV>(p + h * pstride, pstride, kt, kstride, jn, acc + h * astride, astride);
+  }
+  for (; h < heads; ++h) pv_block<1, COLV>(p + h * pstride, pstride, kt, kstride, jn, acc + h * astride, astride);
+}
+
+// acc [heads, dvpad] += P [heads, jn] · V [jn, dvpad] (V = the first dvpad columns of the tile).
+inline void tile_pv(const float* p, index_t pstride, const float* kt, index_t kstride, index_t jn, float* acc,
+                    index_t astride, index_t heads, index_t dvpad) {
+  index_t c = 0;
+  // Columns outer, heads inner: the tile's V slice (jn x 64 floats) stays in L1 over the heads.
+  for (; c + pv_colv * lanes <= dvpad; c += pv_colv * lanes) pv_cols<pv_colv>(p, pstride, kt + c, kstride, jn, acc + c, astride, heads);
+  for (; c < dvpad; c += lanes) pv_cols<1>(p, pstride, kt + c, kstride, jn, acc + c, astride, heads);
+}
+
+}  // namespace mla
+
+// Decodes bf16 cache rows into fp32.
 struct sparse_mla_bf16_rows {
   tensor_view<const bf16, 2> kv;
   index_t rows() const { return kv.extent(0); }
-  void decode(index_t j, float* dst) const {
+  void decode(index_t j, float* DSA_RESTRICT dst) const {
     const bf16* src = kv.row(j);
     const index_t d = kv.extent(1);
-    for (index_t c = 0; c < d; ++c) dst[c] = src[c].to_float();
+    // bf16 -> fp32 is a 16-bit shift of the pattern: written on the integers so it vectorises.
+    for (index_t c = 0; c < d; ++c) dst[c] = detail::bits_float(static_cast<std::uint32_t>(src[c].bits) << 16);
   }
 };
 
-// Decodes FP8 cache rows into fp32 through a table of the 256 e4m3 values: exactly the values of
-// fp8_e4m3::to_float, so the result equals sparse_mla_fp8_row_to_f32 bit for bit.
+// Decodes FP8 cache rows into fp32, bit-identical to sparse_mla_fp8_row_to_f32 (tested): the
+// e4m3 magnitude's bits shifted into an fp32 pattern are its value times 2^-120 (normal codes
+// land on normal fp32 numbers, subnormal codes on fp32 subnormals), so one exact multiply by
+// 2^120 gives fp8_e4m3::to_float without a table lookup, in a loop that vectorises; code 0x7F is
+// the NaN of to_float. Then code · scale in fp32, and the bf16 RoPE widened.
 struct sparse_mla_fp8_rows {
   tensor_view<const std::uint8_t, 2> kv;
-  const float* e4m3_table;
   index_t rows() const { return kv.extent(0); }
-  void decode(index_t j, float* dst) const {
-    const std::uint8_t* row = kv.row(j);
+  void decode(index_t j, float* DSA_RESTRICT dst) const {
+    const std::uint8_t* DSA_RESTRICT row = kv.row(j);
     for (index_t g = 0; g < kv_fp8_num_scales; ++g) {
       const float s = kv_fp8_row_scale(row, g);
-      for (index_t i = g * kv_fp8_group; i < (g + 1) * kv_fp8_group; ++i) dst[i] = e4m3_table[row[i]] * s;
+      for (index_t i = g * kv_fp8_group; i < (g + 1) * kv_fp8_group; ++i) {
+        const std::uint32_t b = row[i];
+        const std::uint32_t mag = b & 0x7Fu;
+        const float m = detail::bits_float(mag << 20) * 0x1p120f;
+        const std::uint32_t bits = (mag == 0x7Fu ? 0x7FC00000u : detail::float_bits(m)) | ((b & 0x80u) << 24);
+        dst[i] = detail::bits_float(bits) * s;
+      }
     }
-    for (index_t j2 = 0; j2 < kv_rope_dim; ++j2) dst[kv_latent_dim + j2] = kv_fp8_row_rope(row, j2).to_float();
+    for (index_t c = 0; c < kv_rope_dim; ++c) {
+      std::uint16_t b;
+      std::memcpy(&b, row + kv_fp8_rope_offset + 2 * c, sizeof b);
+      dst[kv_latent_dim + c] = detail::bits_float(static_cast<std::uint32_t>(b) << 16);
+    }
   }
 };
-
-inline const float* sparse_mla_e4m3_table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int c = 0; c < 256; ++c) t[static_cast<std::size_t>(c)] = fp8_e4m3::from_bits(static_cast<std::uint8_t>(c)).to_float();
-    return t;
-  }();
-  return table.data();
-}
 
 template <class Rows, class O>
 void sparse_mla_attention_cpu(const cpu_backend& be, const tensor_view<const bf16, 3>& q, const Rows& kv,
                               const tensor_view<const std::int32_t, 2>& indices, const tensor_view<O, 3>& out,
                               const tensor_view<float, 2>& lse, const sparse_mla_config& cfg,
                               const tensor_view<float, 2>& probs) {
-  using row_major = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
   const index_t s = q.extent(0);
   const index_t h = q.extent(1);
   const index_t d_qk = q.extent(2);
@@ -99,13 +232,18 @@ void sparse_mla_attention_cpu(const cpu_backend& be, const tensor_view<const bf1
   const index_t blocks = (h + hb - 1) / hb;
   const index_t tile = sparse_mla_key_tile;
 
-  // A work item is a token and a group of its head blocks; the group shares each gathered tile.
-  // With fewer tokens than threads a token's blocks are split into several groups. Each block's
+  // A work item is a token and a group of its head blocks; the group shares each decoded tile.
+  // With fewer tokens than threads a token's blocks are split into several groups. Each head's
   // arithmetic is the same in any grouping, so the split is free to follow the thread count.
   const index_t threads = thread_count(be);
   const index_t groups = std::clamp<index_t>((threads + s - 1) / s, 1, blocks);
   const index_t group_blocks = (blocks + groups - 1) / groups;
   const index_t group_heads = std::min(h, group_blocks * hb);
+
+  // Padded extents of the per-thread matrices (rows of 16-float vectors).
+  const index_t hpad = mla::pad(group_heads);
+  const index_t kstride = mla::pad(d_qk);
+  const index_t dvpad = mla::pad(d_v);
 
   // probs sums P over heads: per-block partials, added in block order once all blocks of a
   // token are done (they may run on different threads). Tokens are processed in chunks so that
@@ -117,18 +255,16 @@ void sparse_mla_attention_cpu(const cpu_backend& be, const tensor_view<const bf1
     partial.resize(static_cast<std::size_t>(chunk * blocks * k));
   }
 
-  // Eigen sizes its GEMM blocking from cache sizes it caches in statics on first use; query them
-  // here, before the worker threads start.
-  Eigen::initParallel();
-
   for (index_t t0 = 0; t0 < s; t0 += chunk) {
     const index_t tn = std::min(chunk, s - t0);
     parallel_for(be, tn * groups, 1, [&](index_t begin, index_t end) {
-      row_major qf(group_heads, d_qk);  // the group's queries in fp32
-      row_major kt(tile, d_qk);         // the gathered kv tile
-      row_major sc(hb, tile);           // one block's scaled logits, then weights
-      row_major acc(group_heads, d_v);  // unnormalised outputs
-      row_major logits;                 // every scaled logit of the group (probs only)
+      // Zero-initialised: the padding lanes are read (and ignored) by the micro-kernels.
+      std::vector<float> qt(static_cast<std::size_t>(d_qk * hpad));      // queries, [d_qk, hpad]
+      std::vector<float> kt(static_cast<std::size_t>(tile * kstride));   // decoded tile, [tile, kstride]
+      std::vector<float> st(static_cast<std::size_t>(tile * hpad));      // logits, [tile, hpad]
+      std::vector<float> pm(static_cast<std::size_t>(hpad * tile));      // weights, [hpad, tile]
+      std::vector<float> acc(static_cast<std::size_t>(hpad * dvpad));    // unnormalised outputs
+      std::vector<float> logits;                                         // [g_hn, cnt] (probs only)
       std::vector<online_softmax_state> state(static_cast<std::size_t>(group_heads));
       std::vector<index_t> used_pos;  // positions in the indices row of the used entries
       std::vector<index_t> used_row;  // their kv rows
@@ -157,51 +293,51 @@ void sparse_mla_attention_cpu(const cpu_backend& be, const tensor_view<const bf1
 
         for (index_t i = 0; i < g_hn; ++i) {
           const bf16* src = &q(t, g_h0 + i, 0);
-          float* dst = &qf(i, 0);
-          for (index_t c = 0; c < d_qk; ++c) dst[c] = src[c].to_float();
+          for (index_t c = 0; c < d_qk; ++c) {
+            qt[static_cast<std::size_t>(c * hpad + i)] = detail::bits_float(static_cast<std::uint32_t>(src[c].bits) << 16);
+          }
           state[static_cast<std::size_t>(i)] = online_softmax_state{};
         }
-        acc.topRows(g_hn).setZero();
-        if (want_probs) logits.resize(g_hn, cnt);
+        for (index_t c = 0; c < d_qk; ++c) std::fill_n(qt.data() + c * hpad + g_hn, hpad - g_hn, 0.0f);
+        std::fill_n(acc.data(), g_hn * dvpad, 0.0f);
+        if (want_probs) logits.resize(static_cast<std::size_t>(g_hn * cnt));
 
         for (index_t j0 = 0; j0 < cnt; j0 += tile) {
           const index_t jn = std::min(tile, cnt - j0);
-          for (index_t j = 0; j < jn; ++j) kv.decode(used_row[static_cast<std::size_t>(j0 + j)], &kt(j, 0));
-          const auto k_tile = kt.topRows(jn);
+          for (index_t j = 0; j < jn; ++j) kv.decode(used_row[static_cast<std::size_t>(j0 + j)], kt.data() + j * kstride);
+          mla::tile_logits(qt.data(), hpad, kt.data(), kstride, d_qk, jn, st.data());
 
-          for (index_t b = b_begin; b < b_end; ++b) {
-            const index_t r0 = b * hb - g_h0;  // the block's first row in the group's matrices
-            const index_t hn = std::min(hb, h - b * hb);
-            auto s_tile = sc.topLeftCorner(hn, jn);
-            s_tile.noalias() = qf.middleRows(r0, hn) * k_tile.transpose();
-
-            for (index_t i = 0; i < hn; ++i) {
-              online_softmax_state& st = state[static_cast<std::size_t>(r0 + i)];
-              float tile_max = detail::neg_inf_f32();
-              for (index_t j = 0; j < jn; ++j) {
-                const float x = s_tile(i, j) * scale;
-                s_tile(i, j) = x;
-                tile_max = std::max(tile_max, x);
-              }
-              const float alpha = online_softmax_rescale(st, tile_max);
-              if (alpha != 1.0f) acc.row(r0 + i) *= alpha;
-              for (index_t j = 0; j < jn; ++j) {
-                const float x = s_tile(i, j);
-                if (want_probs) logits(r0 + i, j0 + j) = x;
-                const float w = online_softmax_weight(st, x);
-                st.sum += w;
-                s_tile(i, j) = w;
-              }
+          for (index_t i = 0; i < g_hn; ++i) {
+            online_softmax_state& sti = state[static_cast<std::size_t>(i)];
+            float* w = pm.data() + i * tile;
+            float tile_max = detail::neg_inf_f32();
+            for (index_t j = 0; j < jn; ++j) {
+              const float x = st[static_cast<std::size_t>(j * hpad + i)] * scale;
+              w[j] = x;
+              tile_max = std::max(tile_max, x);
             }
-            acc.middleRows(r0, hn).noalias() += s_tile * k_tile.leftCols(d_v);
+            const float alpha = online_softmax_rescale(sti, tile_max);
+            if (alpha != 1.0f) {
+              float* a = acc.data() + i * dvpad;
+              for (index_t c = 0; c < d_v; ++c) a[c] *= alpha;
+            }
+            for (index_t j = 0; j < jn; ++j) {
+              const float x = w[j];
+              if (want_probs) logits[static_cast<std::size_t>(i * cnt + j0 + j)] = x;
+              const float wj = online_softmax_weight(sti, x);
+              sti.sum += wj;
+              w[j] = wj;
+            }
           }
+          mla::tile_pv(pm.data(), tile, kt.data(), kstride, jn, acc.data(), dvpad, g_hn, dvpad);
         }
 
         for (index_t i = 0; i < g_hn; ++i) {
-          const online_softmax_state& st = state[static_cast<std::size_t>(i)];
+          const online_softmax_state& sti = state[static_cast<std::size_t>(i)];
           O* dst = &out(t, g_h0 + i, 0);
-          for (index_t c = 0; c < d_v; ++c) dst[c] = from_float<O>(online_softmax_normalize(st, acc(i, c)));
-          lse(t, g_h0 + i) = online_softmax_lse(st);
+          const float* a = acc.data() + i * dvpad;
+          for (index_t c = 0; c < d_v; ++c) dst[c] = from_float<O>(online_softmax_normalize(sti, a[c]));
+          lse(t, g_h0 + i) = online_softmax_lse(sti);
         }
 
         if (want_probs) {
@@ -213,7 +349,7 @@ void sparse_mla_attention_cpu(const cpu_backend& be, const tensor_view<const bf1
             for (index_t e = 0; e < cnt; ++e) {
               float p = 0.0f;
               for (index_t i = r0; i < r0 + hn; ++i) {
-                p += online_softmax_probability(state[static_cast<std::size_t>(i)], logits(i, e));
+                p += online_softmax_probability(state[static_cast<std::size_t>(i)], logits[static_cast<std::size_t>(i * cnt + e)]);
               }
               part[used_pos[static_cast<std::size_t>(e)]] = p;
             }
@@ -256,9 +392,7 @@ struct op_impl<cpu_backend, sparse_mla_attention_fp8_op> {
                   const tensor_view<const std::uint8_t, 2>& kv_fp8, const tensor_view<const std::int32_t, 2>& indices,
                   const tensor_view<O, 3>& out, const tensor_view<float, 2>& lse, const sparse_mla_config& cfg,
                   const tensor_view<float, 2>& probs) {
-    cpu_detail::sparse_mla_attention_cpu(be, q,
-                                         cpu_detail::sparse_mla_fp8_rows{kv_fp8, cpu_detail::sparse_mla_e4m3_table()},
-                                         indices, out, lse, cfg, probs);
+    cpu_detail::sparse_mla_attention_cpu(be, q, cpu_detail::sparse_mla_fp8_rows{kv_fp8}, indices, out, lse, cfg, probs);
   }
 };
 
