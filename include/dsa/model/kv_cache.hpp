@@ -48,9 +48,15 @@ class layer_cache {
   }
 
   /// Makes room for `rows` positions (keeps the contents).
+  // The sequence already grows its target geometrically (capped at max_tokens); reserve exactly
+  // first so that vector::resize does not double the capacity a second time.
   void reserve_rows(index_t rows) {
-    mla_.resize(static_cast<std::size_t>(rows * row_dim()));
-    keys_.resize(static_cast<std::size_t>(rows * indexer_cache_row_bytes));
+    const auto mla_size = static_cast<std::size_t>(rows * row_dim());
+    const auto key_size = static_cast<std::size_t>(rows * indexer_cache_row_bytes);
+    mla_.reserve(mla_size);
+    mla_.resize(mla_size);
+    keys_.reserve(key_size);
+    keys_.resize(key_size);
   }
   std::size_t bytes() const { return mla_.capacity() * sizeof(bf16) + keys_.capacity(); }
 

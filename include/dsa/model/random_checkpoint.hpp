@@ -1,0 +1,333 @@
+// Random DeepSeek-V3.2 checkpoints: config.json + model.safetensors in the Hugging Face layout
+// of deepseek-ai/DeepSeek-V3.2, with random weights. Used by tools/dsa_make_tiny_model, the
+// model tests and bench/bench_forward.cpp, so that all of them run the same kind of model.
+//
+// Tensor names, dtypes and shapes follow the real checkpoint (and the golden tiny model in
+// tests/data/tiny-dsv32): block-wise FP8 linear weights with `weight_scale_inv`, F32 norms, norm
+// biases and `e_score_correction_bias`, BF16 embedding, lm_head, indexer.weights_proj and
+// mlp.gate. With a config without quantization_config the linear weights are BF16 instead.
+//
+// Initialisation (the statistics of the golden tiny model, which keep activations O(1)):
+//   linear weights [out, in]        N(0, 1/in), then quantized with dsa::weight_quant
+//   embed_tokens                    N(0, 1)
+//   lm_head, weights_proj, gate     N(0, 1/hidden), bf16
+//   norm weights                    1 + 0.1 N(0, 1)
+//   indexer.k_norm.bias             0.1 N(0, 1)
+//   e_score_correction_bias         0.05 N(0, 1)
+//
+// Reproducibility: every tensor has its own random stream, seeded from (seed, tensor name), so a
+// tensor does not depend on the order of generation or on the sizes of other tensors (changing
+// the layer count keeps layer 0 as it was). The normal variates are Irwin-Hall sums of twelve
+// 16-bit uniforms taken from std::mt19937_64 (whose output the C++ standard fixes): the sum is
+// exact integer arithmetic, so the weights are bit-identical on every platform, unlike
+// std::normal_distribution's. They are approximately normal and bounded by +-6 sigma.
+//
+// Part of the dsa::model target.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "dsa/core/backend.hpp"
+#include "dsa/core/config.hpp"
+#include "dsa/core/error.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
+#include "dsa/cpu/fp8_quant.hpp"
+#include "dsa/model/config.hpp"
+#include "dsa/model/safetensors.hpp"
+#include "dsa/ops/fp8_quant.hpp"
+
+DSA_NAMESPACE_BEGIN
+
+namespace model {
+
+/// The configuration of the golden tiny model (tests/data/tiny-dsv32/config.json): hidden 256,
+/// 3 layers (1 dense), 4 heads, q_lora 256, kv_lora 256, nope 64, rope 64, v 64, 16 experts of
+/// 128 in 4 groups (top-2 groups, top-4 experts), 1 shared expert, indexer 8 heads x 128,
+/// index_topk 32, vocab 512, max_position_embeddings 8192 with YaRN (factor 40), FP8 weights
+/// with ue8m0 activation scales.
+inline config tiny_config() {
+  config c;
+  c.vocab_size = 512;
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.moe_intermediate_size = 128;
+  c.num_hidden_layers = 3;
+  c.first_k_dense_replace = 1;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 4;
+  c.n_routed_experts = 16;
+  c.n_shared_experts = 1;
+  c.num_experts_per_tok = 4;
+  c.n_group = 4;
+  c.topk_group = 2;
+  c.scoring_func = "sigmoid";
+  c.routed_scaling_factor = 2.5f;
+  c.norm_topk_prob = true;
+  c.topk_method = "noaux_tc";
+  c.q_lora_rank = 256;
+  c.kv_lora_rank = 256;
+  c.qk_nope_head_dim = 64;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 64;
+  c.index_n_heads = 8;
+  c.index_head_dim = 128;
+  c.index_topk = 32;
+  c.rms_norm_eps = 1e-6f;
+  c.rope_theta = 10000.0f;
+  rope_scaling_config r;
+  r.type = "yarn";
+  r.factor = 40.0f;
+  r.original_max_position_embeddings = 4096;
+  r.beta_fast = 32.0f;
+  r.beta_slow = 1.0f;
+  r.mscale = 1.0f;
+  r.mscale_all_dim = 1.0f;
+  c.rope_scaling = r;
+  c.max_position_embeddings = 8192;
+  c.hidden_act = "silu";
+  c.tie_word_embeddings = false;
+  c.bos_token_id = 0;
+  c.eos_token_id = 1;
+  c.torch_dtype = "bfloat16";
+  c.quantization_config = ::dsa::model::quantization_config{};  // fp8 e4m3, dynamic, ue8m0, 128 x 128
+  return c;
+}
+
+/// One generated tensor, owning its little-endian bytes.
+struct owned_tensor {
+  std::string name;
+  dtype type = dtype::f32;
+  std::vector<index_t> shape;
+  std::vector<std::byte> data;
+
+  index_t numel() const {
+    index_t n = 1;
+    for (index_t d : shape) n *= d;
+    return n;
+  }
+};
+
+namespace random_checkpoint_detail {
+
+inline std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// The seed of a tensor's stream: FNV-1a of its name, mixed with the checkpoint seed.
+inline std::uint64_t tensor_seed(std::uint64_t seed, std::string_view name) {
+  std::uint64_t h = 0xCBF29CE484222325ull;
+  for (const char c : name) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001B3ull;
+  }
+  return splitmix64(splitmix64(seed) ^ h);
+}
+
+/// Approximately standard-normal variates, bit-identical on every platform (see the file
+/// comment): z = sum of twelve (c_i + 1/2) / 2^16 minus 6, c_i the 16-bit chunks of three
+/// engine outputs. Mean exactly 0, variance 1 - 2^-32.
+class normal_stream {
+ public:
+  explicit normal_stream(std::uint64_t seed) : engine_(seed) {}
+  float operator()() {
+    std::uint64_t sum = 0;  // sum of the twelve c_i, at most 12 * 65535
+    for (int k = 0; k < 3; ++k) {
+      const std::uint64_t x = engine_();
+      sum += (x & 0xFFFFu) + ((x >> 16) & 0xFFFFu) + ((x >> 32) & 0xFFFFu) + (x >> 48);
+    }
+    // sum(c_i + 1/2) / 2^16 - 6 = (sum + 6 - 6 * 2^16) / 2^16, exact in double.
+    const double z = (static_cast<double>(sum) + 6.0 - 6.0 * 65536.0) * 0x1.0p-16;
+    return static_cast<float>(z);
+  }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+template <class T>
+std::vector<std::byte> to_bytes(const std::vector<T>& v) {
+  std::vector<std::byte> b(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+/// Builds the tensors of one checkpoint; one method per kind of tensor.
+class generator {
+ public:
+  generator(const config& cfg, std::uint64_t seed, const cpu_backend& be) : cfg_(cfg), seed_(seed), be_(be) {}
+
+  std::vector<owned_tensor> run() {
+    const config& c = cfg_;
+    const index_t hidden = c.hidden_size;
+    embedding("model.embed_tokens.weight", c.vocab_size, hidden);
+    for (index_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      norm(p + "input_layernorm.weight", hidden);
+      norm(p + "post_attention_layernorm.weight", hidden);
+      const std::string a = p + "self_attn.";
+      linear(a + "q_a_proj", c.q_lora_rank, hidden);
+      norm(a + "q_a_layernorm.weight", c.q_lora_rank);
+      linear(a + "q_b_proj", c.num_attention_heads * c.qk_head_dim(), c.q_lora_rank);
+      linear(a + "kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, hidden);
+      norm(a + "kv_a_layernorm.weight", c.kv_lora_rank);
+      linear(a + "kv_b_proj", c.num_attention_heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank);
+      linear(a + "o_proj", hidden, c.num_attention_heads * c.v_head_dim);
+      const std::string ix = a + "indexer.";
+      linear(ix + "wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+      linear(ix + "wk", c.index_head_dim, hidden);
+      norm(ix + "k_norm.weight", c.index_head_dim);
+      vector_f32(ix + "k_norm.bias", c.index_head_dim, 0.1f);
+      dense_bf16(ix + "weights_proj.weight", c.index_n_heads, hidden);
+      const std::string m = p + "mlp.";
+      if (!c.is_moe_layer(l)) {
+        mlp(m, c.intermediate_size);
+        continue;
+      }
+      dense_bf16(m + "gate.weight", c.n_routed_experts, hidden);
+      vector_f32(m + "gate.e_score_correction_bias", c.n_routed_experts, 0.05f);
+      for (index_t e = 0; e < c.n_routed_experts; ++e) {
+        mlp(m + "experts." + std::to_string(e) + ".", c.moe_intermediate_size);
+      }
+      if (c.n_shared_experts > 0) mlp(m + "shared_experts.", c.n_shared_experts * c.moe_intermediate_size);
+    }
+    norm("model.norm.weight", hidden);
+    if (!c.tie_word_embeddings) dense_bf16("lm_head.weight", c.vocab_size, hidden);
+    return std::move(out_);
+  }
+
+ private:
+  // n values of `scale` * N(0, 1) from the tensor's own stream.
+  std::vector<float> normals(std::string_view name, index_t n, float scale, float offset = 0.0f) {
+    normal_stream z(tensor_seed(seed_, name));
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (float& x : v) x = offset + scale * z();
+    return v;
+  }
+
+  void push(std::string name, dtype t, std::vector<index_t> shape, std::vector<std::byte> data) {
+    out_.push_back(owned_tensor{std::move(name), t, std::move(shape), std::move(data)});
+  }
+
+  void push_bf16(std::string name, std::vector<index_t> shape, const std::vector<float>& v) {
+    std::vector<bf16> b(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) b[i] = bf16(v[i]);
+    push(std::move(name), dtype::bf16, std::move(shape), to_bytes(b));
+  }
+
+  void norm(std::string name, index_t n) {
+    std::vector<float> v = normals(name, n, 0.1f, 1.0f);
+    push(std::move(name), dtype::f32, {n}, to_bytes(v));
+  }
+
+  void vector_f32(std::string name, index_t n, float scale) {
+    std::vector<float> v = normals(name, n, scale);
+    push(std::move(name), dtype::f32, {n}, to_bytes(v));
+  }
+
+  void embedding(std::string name, index_t rows, index_t cols) { push_bf16(name, {rows, cols}, normals(name, rows * cols, 1.0f)); }
+
+  void dense_bf16(std::string name, index_t rows, index_t cols) {
+    push_bf16(name, {rows, cols}, normals(name, rows * cols, inv_sqrt(cols)));
+  }
+
+  // A linear layer `prefix`.weight [out, in] ~ N(0, 1/in): FP8 codes plus weight_scale_inv, or
+  // bf16 when the config has no quantization_config.
+  void linear(const std::string& prefix, index_t out, index_t in) {
+    const std::string name = prefix + ".weight";
+    std::vector<float> w = normals(name, out * in, inv_sqrt(in));
+    if (!cfg_.fp8_weights()) {
+      push_bf16(name, {out, in}, w);
+      return;
+    }
+    const index_t bn = cfg_.quantization_config->block_n;
+    const index_t bk = cfg_.quantization_config->block_k;
+    if (bn != weight_quant_block || bk != weight_quant_block) {
+      fail("model::random_checkpoint", "quantization_config.weight_block_size", std::to_string(bn) + "x" + std::to_string(bk),
+           "128x128 (the blocks of dsa::weight_quant)");
+    }
+    const index_t sr = (out + bn - 1) / bn;
+    const index_t sc = (in + bk - 1) / bk;
+    std::vector<fp8_e4m3> q(w.size());
+    std::vector<float> s(static_cast<std::size_t>(sr * sc));
+    weight_quant(be_, host_view<const float, 2>(w.data(), {out, in}), host_view<fp8_e4m3, 2>(q.data(), {out, in}),
+                 host_view<float, 2>(s.data(), {sr, sc}));
+    push(name, dtype::f8_e4m3, {out, in}, to_bytes(q));
+    push(prefix + ".weight_scale_inv", dtype::f32, {sr, sc}, to_bytes(s));
+  }
+
+  void mlp(const std::string& prefix, index_t inter) {
+    linear(prefix + "gate_proj", inter, cfg_.hidden_size);
+    linear(prefix + "up_proj", inter, cfg_.hidden_size);
+    linear(prefix + "down_proj", cfg_.hidden_size, inter);
+  }
+
+  static float inv_sqrt(index_t n) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n))); }
+
+  const config& cfg_;
+  std::uint64_t seed_;
+  cpu_backend be_;
+  std::vector<owned_tensor> out_;
+};
+
+}  // namespace random_checkpoint_detail
+
+/// Every tensor of a random checkpoint for `cfg` (validated first; throws dsa::error if it is
+/// not a config dsa can run), in the order of the Hugging Face module tree. Deterministic in
+/// (cfg, seed); `be` only sets the threads of the weight quantization.
+inline std::vector<owned_tensor> random_checkpoint_tensors(const config& cfg, std::uint64_t seed,
+                                                           const cpu_backend& be = cpu_backend{}) {
+  cfg.validate("model::random_checkpoint");
+  return random_checkpoint_detail::generator(cfg, seed, be).run();
+}
+
+/// Writes a random checkpoint into `dir` (created if needed): config.json (config::to_json) and
+/// model.safetensors, whose __metadata__ records the generator and the seed. Existing files of
+/// those names are replaced.
+inline void write_random_checkpoint(const std::filesystem::path& dir, const config& cfg, std::uint64_t seed,
+                                    const cpu_backend& be = cpu_backend{}) {
+  const std::vector<owned_tensor> tensors = random_checkpoint_tensors(cfg, seed, be);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) {
+    fail("model::write_random_checkpoint", "dir", dir.string(),
+         "a directory that can be created (" + (ec ? ec.message() : std::string("not a directory")) + ")");
+  }
+  std::vector<safetensors_entry> entries;
+  entries.reserve(tensors.size());
+  for (const owned_tensor& t : tensors) entries.push_back(safetensors_entry{t.name, t.type, t.shape, std::span<const std::byte>(t.data)});
+  const std::map<std::string, std::string> metadata{
+      {"format", "pt"}, {"generator", "dsa::model::write_random_checkpoint"}, {"seed", std::to_string(seed)}};
+  write_safetensors(dir / "model.safetensors", entries, metadata);
+
+  const std::filesystem::path cfg_path = dir / "config.json";
+  const std::filesystem::path tmp = dir / "config.json.tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << cfg.to_json().dump(2) << '\n';
+    f.close();
+    if (!f) fail("model::write_random_checkpoint", "file", tmp.string(), "a writable file");
+  }
+  std::filesystem::rename(tmp, cfg_path, ec);
+  if (ec) fail("model::write_random_checkpoint", "file", cfg_path.string(), "a path config.json can be renamed to (" + ec.message() + ")");
+}
+
+}  // namespace model
+
+DSA_NAMESPACE_END

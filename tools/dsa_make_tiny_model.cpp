@@ -1,0 +1,132 @@
+// dsa_make_tiny_model: writes a random DeepSeek-V3.2-shaped checkpoint (config.json +
+// model.safetensors in the Hugging Face layout) that dsa::model::transformer loads and runs.
+//
+//   dsa_make_tiny_model DIR [--seed N] [--layers N] [--hidden N] [--experts N] [--vocab N] ...
+//
+// Defaults are the golden tiny model's sizes (tests/data/tiny-dsv32); the generator is
+// dsa::model::write_random_checkpoint (include/dsa/model/random_checkpoint.hpp).
+// Exit codes: 0 written; 2 usage error, invalid configuration or I/O error.
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include "cli_args.hpp"
+#include "dsa/model/random_checkpoint.hpp"
+
+namespace {
+
+const char* const usage_text =
+    "usage: dsa_make_tiny_model DIR [--seed N] [size options]\n"
+    "\n"
+    "Writes DIR/config.json and DIR/model.safetensors: a DeepSeek-V3.2 checkpoint with random\n"
+    "weights (FP8 block-quantized linears, as deepseek-ai/DeepSeek-V3.2) that dsa_run can load.\n"
+    "The same seed and sizes always give the same bytes. Defaults are the golden tiny model's.\n"
+    "\n"
+    "  --seed N               random seed (default 1)\n"
+    "  --layers N             num_hidden_layers (3)\n"
+    "  --dense-layers N       first_k_dense_replace: leading dense layers (1)\n"
+    "  --hidden N             hidden_size, a multiple of 128 (256)\n"
+    "  --intermediate N       intermediate_size of the dense layers, a multiple of 128 (512)\n"
+    "  --moe-intermediate N   moe_intermediate_size of each expert, a multiple of 128 (128)\n"
+    "  --heads N              num_attention_heads (4)\n"
+    "  --q-lora N             q_lora_rank, a multiple of 128 (256)\n"
+    "  --kv-lora N            kv_lora_rank, a multiple of 128 (256)\n"
+    "  --experts N            n_routed_experts, a multiple of --groups (16)\n"
+    "  --groups N             n_group (4)\n"
+    "  --topk-groups N        topk_group (2)\n"
+    "  --experts-per-token N  num_experts_per_tok (4)\n"
+    "  --shared-experts N     n_shared_experts (1)\n"
+    "  --index-heads N        index_n_heads (8)\n"
+    "  --index-topk N         index_topk: keys each query attends to (32)\n"
+    "  --vocab N              vocab_size (512)\n"
+    "  --max-position N       max_position_embeddings; > 4096 turns YaRN on (8192)\n"
+    "  --threads N            threads for the weight quantization (default: all)\n"
+    "  -h, --help             this text\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using dsa_tools::parse_int;
+  namespace fs = std::filesystem;
+  constexpr std::int64_t big = std::numeric_limits<std::int32_t>::max();
+  try {
+    dsa::model::config cfg = dsa::model::tiny_config();
+    std::uint64_t seed = 1;
+    int threads = 0;
+    fs::path dir;
+    for (int i = 1; i < argc; ++i) {
+      const std::string_view a = argv[i];
+      if (a == "-h" || a == "--help") {
+        std::cout << usage_text;
+        return 0;
+      }
+      if (a.size() > 1 && a[0] == '-') {
+        if (i + 1 >= argc) throw dsa_tools::usage_error{std::string(a) + " needs a value"};
+        const std::string_view v = argv[++i];
+        auto size = [&](dsa::index_t& field, std::int64_t lo) { field = parse_int(a, v, lo, big); };
+        if (a == "--seed") {
+          seed = dsa_tools::parse_u64(a, v);
+        } else if (a == "--layers") {
+          size(cfg.num_hidden_layers, 1);
+        } else if (a == "--dense-layers") {
+          size(cfg.first_k_dense_replace, 0);
+        } else if (a == "--hidden") {
+          size(cfg.hidden_size, 1);
+        } else if (a == "--intermediate") {
+          size(cfg.intermediate_size, 1);
+        } else if (a == "--moe-intermediate") {
+          size(cfg.moe_intermediate_size, 1);
+        } else if (a == "--heads") {
+          size(cfg.num_attention_heads, 1);
+          cfg.num_key_value_heads = cfg.num_attention_heads;
+        } else if (a == "--q-lora") {
+          size(cfg.q_lora_rank, 1);
+        } else if (a == "--kv-lora") {
+          size(cfg.kv_lora_rank, 1);
+        } else if (a == "--experts") {
+          size(cfg.n_routed_experts, 1);
+        } else if (a == "--groups") {
+          size(cfg.n_group, 1);
+        } else if (a == "--topk-groups") {
+          size(cfg.topk_group, 1);
+        } else if (a == "--experts-per-token") {
+          size(cfg.num_experts_per_tok, 1);
+        } else if (a == "--shared-experts") {
+          size(cfg.n_shared_experts, 0);
+        } else if (a == "--index-heads") {
+          size(cfg.index_n_heads, 1);
+        } else if (a == "--index-topk") {
+          size(cfg.index_topk, 1);
+        } else if (a == "--vocab") {
+          size(cfg.vocab_size, 2);  // bos 0 and eos 1 must be ids of the vocabulary
+        } else if (a == "--max-position") {
+          size(cfg.max_position_embeddings, 1);
+        } else if (a == "--threads") {
+          threads = static_cast<int>(parse_int(a, v, 1, 4096));
+        } else {
+          throw dsa_tools::usage_error{"unknown option " + std::string(a)};
+        }
+        continue;
+      }
+      if (!dir.empty()) throw dsa_tools::usage_error{"more than one DIR: '" + dir.string() + "' and '" + std::string(a) + "'"};
+      dir = a;
+    }
+    if (dir.empty()) throw dsa_tools::usage_error{"missing DIR"};
+    cfg.validate("dsa_make_tiny_model");
+    dsa::model::write_random_checkpoint(dir, cfg, seed, dsa::cpu_backend{threads});
+    std::cout << "wrote " << (dir / "config.json").string() << " and " << (dir / "model.safetensors").string() << " ("
+              << fs::file_size(dir / "model.safetensors") << " bytes, seed " << seed << ")\n"
+              << cfg.to_string() << "\n";
+    return 0;
+  } catch (const dsa_tools::usage_error& e) {
+    std::cerr << "dsa_make_tiny_model: " << e.message << "\n\n" << usage_text;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "dsa_make_tiny_model: " << e.what() << "\n";
+    return 2;
+  }
+}
