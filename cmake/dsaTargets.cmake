@@ -37,8 +37,18 @@ target_compile_options(dsa_dev_flags INTERFACE
 if(DSA_NATIVE)
   target_compile_options(dsa_dev_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
 endif()
+if(DSA_SANITIZE AND DSA_SANITIZE_THREAD)
+  message(FATAL_ERROR "dsa: DSA_SANITIZE (ASan + UBSan) and DSA_SANITIZE_THREAD (TSan) cannot be combined")
+endif()
 if(DSA_SANITIZE)
   target_compile_options(dsa_dev_flags INTERFACE
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer>)
   target_link_options(dsa_dev_flags INTERFACE -fsanitize=address,undefined)
+endif()
+if(DSA_SANITIZE_THREAD)
+  # dsa is header-only, so instrumenting dsa's own executables instruments all of its code;
+  # libstdc++'s std::thread and mutexes are seen through TSan's interceptors.
+  target_compile_options(dsa_dev_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread -fno-omit-frame-pointer>)
+  target_link_options(dsa_dev_flags INTERFACE -fsanitize=thread)
 endif()

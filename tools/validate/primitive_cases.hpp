@@ -113,6 +113,9 @@ inline std::vector<std::string> unknown_groups(const dsa::safetensors_file& f) {
 
 // ---- owned tensors --------------------------------------------------------------------------
 
+/// The largest tensor dsa_validate allocates that is not read from the file itself.
+inline constexpr std::uint64_t max_derived_bytes = std::uint64_t{256} << 20;
+
 /// An owned, aligned, row-major host tensor. Inputs are copied out of the mapped file, so a file
 /// whose data section is not aligned for T still validates.
 template <class T, std::size_t R>
@@ -120,11 +123,20 @@ struct host_tensor {
   std::vector<T> data;
   std::array<index_t, R> shape{};
 
+  /// Outputs and derived inputs (ranges) are sized from the file's shapes, which an empty tensor
+  /// can make arbitrarily large ([10^12, 0] costs no bytes): refuse beyond max_derived_bytes
+  /// rather than attempt terabytes.
   static host_tensor zeros(const std::array<index_t, R>& shape) {
     host_tensor t;
     t.shape = shape;
-    index_t n = 1;
-    for (index_t d : shape) n *= d;
+    std::uint64_t n = 1;
+    bool overflow = false;
+    for (index_t d : shape) overflow |= d < 0 || __builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n);
+    if (overflow || n > max_derived_bytes / sizeof(T)) {
+      throw input_error("dsa_validate: a tensor of shape " + dsa::format_shape(shape) +
+                        " derived from the inputs; expected at most " + std::to_string(max_derived_bytes >> 20) +
+                        " MiB (golden cases are small problems)");
+    }
     t.data.assign(static_cast<std::size_t>(n), T{});
     return t;
   }

@@ -96,8 +96,10 @@ class tensor_view {
     return data_[off];
   }
 
-  /// Pointer to the start of row `i` along dimension 0.
-  DSA_HOST_DEVICE T* row(index_t i) const { return data_ + i * strides_[0]; }
+  /// Pointer to the start of row `i` along dimension 0. A view without elements may have a
+  /// null pointer (rows of zero columns, absent views): its rows are null too, since offsetting
+  /// a null pointer is undefined behaviour even when nothing is then read.
+  DSA_HOST_DEVICE T* row(index_t i) const { return data_ == nullptr ? data_ : data_ + i * strides_[0]; }
 
  private:
   T* data_ = nullptr;

@@ -25,6 +25,8 @@ namespace cpu_detail {
 template <class Keys>
 double indexer_kl_row(const tensor_view<const float, 3>& attn, const float* scores, index_t t, const Keys& keys,
                       index_t cnt, float* scratch, float* grad) {
+  // No entries: no terms. Returning early also keeps attn's rows (null when n = 0) un-offset.
+  if (cnt == 0) return 0.0;
   float* head_sum = scratch;
   float* weight = scratch + cnt;  // exp(I - max), kept from the softmax sum for q
   const index_t h = attn.extent(1);

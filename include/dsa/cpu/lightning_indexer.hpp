@@ -127,10 +127,11 @@ inline void tile_scores(const float* qf, index_t heads, index_t d, const float* 
   for (; h < heads; ++h) head_block_scores<1>(qf + h * d, d, kt, w + h, tot);
 }
 
-// Pointer to v(t, h, 0), also when the last extent is 0 (no element is formed).
+// Pointer to v(t, h, 0), also when the last extent is 0 (no element is formed; a view without
+// elements may be null, and offsetting null is undefined, so it stays null).
 template <class T>
 DSA_FORCEINLINE T* head_row(const tensor_view<T, 3>& v, index_t t, index_t h) {
-  return v.data_handle() + t * v.stride(0) + h * v.stride(1);
+  return v.data_handle() == nullptr ? v.data_handle() : v.data_handle() + t * v.stride(0) + h * v.stride(1);
 }
 
 // fp8_e4m3::to_float on the bits, branch-free so that row decodes vectorise: the 7-bit

@@ -144,6 +144,8 @@ struct op_impl<cpu_backend, topk_indices_paged_op> {
                   index_t k, tensor_view<const std::int32_t, 2> block_table, index_t block_size,
                   tensor_view<std::int32_t, 2> slots) {
     cpu_detail::topk_rows(be, scores, ranges, k, slots, [&](index_t t, std::int32_t* o) {
+      // Nothing selected: the row's table may be empty (a null view), so do not touch it.
+      if (o[0] < 0) return;
       const std::int32_t* table = block_table.row(t);
       for (index_t j = 0; j < k && o[j] >= 0; ++j) {
         o[j] = static_cast<std::int32_t>(paged_cache_slot(table, block_size, o[j]));

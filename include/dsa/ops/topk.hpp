@@ -13,6 +13,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "dsa/core/aliasing.hpp"
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/dispatch.hpp"
@@ -46,6 +47,10 @@ void check_topk_common(std::string_view op, const tensor_view<const float, 2, Sp
   check_extent(op, out_name, out, 0, m, "scores.extent(0), one row per score row");
   check_extent(op, out_name, out, 1, k, "k");
   check_inner_contiguous(op, out_name, out);
+  // Rows are written by different threads: they must not share memory, nor overlap the inputs.
+  check_disjoint_rows(op, out_name, out);
+  check_no_overlap(op, out_name, out, "scores", scores, false);
+  check_no_overlap(op, out_name, out, "ranges", ranges, false);
 }
 
 }  // namespace detail
@@ -78,6 +83,7 @@ void topk_indices_paged(const B& be, in_view<B, float, 2> scores, in_view<B, std
   const index_t n = scores.extent(1);
   check_extent(op, "block_table", block_table, 0, m, "scores.extent(0), one page-table row per score row");
   check_inner_contiguous(op, "block_table", block_table);
+  detail::check_no_overlap(op, "slots", slots, "block_table", block_table, false);
   const index_t max_blocks = block_table.extent(1);
   const index_t blocks_needed = n / block_size + (n % block_size != 0 ? 1 : 0);
   if (blocks_needed > max_blocks) {
@@ -124,6 +130,9 @@ void gather_rows(const B& be, in_view<B, T, 2> src, in_view<B, std::int32_t, 2> 
   check_extent(op, "dst", dst, 1, indices.extent(1), "indices.extent(1)");
   check_extent(op, "dst", dst, 2, src.extent(1), "src.extent(1), the row length");
   check_inner_contiguous(op, "dst", dst);
+  detail::check_disjoint_rows(op, "dst", dst);
+  detail::check_no_overlap(op, "dst", dst, "src", src, false);
+  detail::check_no_overlap(op, "dst", dst, "indices", indices, false);
   if constexpr (detail::host_readable_v<typename B::memory_space>) {
     const index_t n = src.extent(0);
     for (index_t t = 0; t < indices.extent(0); ++t) {
@@ -136,6 +145,8 @@ void gather_rows(const B& be, in_view<B, T, 2> src, in_view<B, std::int32_t, 2> 
       }
     }
   }
+  // Nothing to write (and an empty dst may have a null pointer the rows would be offset from).
+  if (dst.empty()) return;
   dispatch<gather_rows_op>(be, src, indices, dst);
 }
 

@@ -1,0 +1,592 @@
+// Fuzz target: the op front-ends and their CPU implementations.
+//
+// Each input picks one public op and builds every argument from the fuzzer's bytes: extents
+// (mostly the ones the op expects, sometimes any other), strides (row-major, padded, broadcast,
+// non-unit inner, absent), k, ranges, indices, page tables, configurations and values (NaN,
+// +-inf, -0, huge, subnormal, raw fp8/bf16 bit patterns). Every view's memory is allocated to
+// exactly its footprint, so ASan reports any read or write outside it. The op must either run or
+// throw dsa::error; where the result has a checkable invariant (top-k indices, expert ids,
+// gathered rows) it is checked.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "dsa/core/backend.hpp"
+#include "dsa/core/error.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
+#include "dsa/cpu/activation.hpp"
+#include "dsa/cpu/fp8_quant.hpp"
+#include "dsa/cpu/hadamard.hpp"
+#include "dsa/cpu/indexer_kl_loss.hpp"
+#include "dsa/cpu/indexer_weights.hpp"
+#include "dsa/cpu/kv_cache.hpp"
+#include "dsa/cpu/lightning_indexer.hpp"
+#include "dsa/cpu/linear.hpp"
+#include "dsa/cpu/moe_combine.hpp"
+#include "dsa/cpu/moe_routing.hpp"
+#include "dsa/cpu/norm.hpp"
+#include "dsa/cpu/rope.hpp"
+#include "dsa/cpu/sparse_mha_attention.hpp"
+#include "dsa/cpu/sparse_mla_attention.hpp"
+#include "dsa/cpu/topk.hpp"
+#include "dsa/ops/activation.hpp"
+#include "dsa/ops/fp8_quant.hpp"
+#include "dsa/ops/hadamard.hpp"
+#include "dsa/ops/indexer_kl_loss.hpp"
+#include "dsa/ops/indexer_weights.hpp"
+#include "dsa/ops/kv_cache.hpp"
+#include "dsa/ops/lightning_indexer.hpp"
+#include "dsa/ops/linear.hpp"
+#include "dsa/ops/moe_combine.hpp"
+#include "dsa/ops/moe_routing.hpp"
+#include "dsa/ops/norm.hpp"
+#include "dsa/ops/rope.hpp"
+#include "dsa/ops/sparse_mha_attention.hpp"
+#include "dsa/ops/sparse_mla_attention.hpp"
+#include "dsa/ops/topk.hpp"
+#include "fuzz_common.hpp"
+
+namespace {
+
+using dsa::bf16;
+using dsa::fp8_e4m3;
+using dsa::index_t;
+
+constexpr std::int32_t i32_min = std::numeric_limits<std::int32_t>::min();
+constexpr std::int32_t i32_max = std::numeric_limits<std::int32_t>::max();
+
+/// A view over memory allocated to exactly its footprint.
+template <class T, std::size_t R>
+struct fz_tensor {
+  std::vector<T> mem;
+  dsa::host_view<T, R> view;
+  index_t footprint = 0;
+};
+
+struct gen {
+  FuzzedDataProvider& p;
+
+  index_t small(index_t hi = 6) { return p.ConsumeIntegralInRange<index_t>(0, hi); }
+
+  /// Mostly the extent the op expects; sometimes another.
+  index_t dim(index_t want) {
+    const int c = p.ConsumeIntegralInRange(0, 15);
+    if (c < 13) return want;
+    if (c == 13) return want + 1;
+    if (c == 14) return want > 0 ? want - 1 : 0;
+    return small(9);
+  }
+
+  float value() {
+    switch (p.ConsumeIntegralInRange(0, 15)) {
+      case 0: return std::numeric_limits<float>::quiet_NaN();
+      case 1: return std::numeric_limits<float>::infinity();
+      case 2: return -std::numeric_limits<float>::infinity();
+      case 3: return -0.0f;
+      case 4: return 0.0f;
+      case 5: return p.ConsumeBool() ? 3.0e38f : -3.0e38f;
+      case 6: return p.ConsumeBool() ? 1.0e-40f : -1.0e-40f;
+      case 7: {
+        const std::uint32_t bits = p.ConsumeIntegral<std::uint32_t>();
+        float f;
+        std::memcpy(&f, &bits, sizeof f);
+        return f;
+      }
+      default: return p.ConsumeFloatingPointInRange<float>(-8.0f, 8.0f);
+    }
+  }
+
+  template <class T>
+  T element() {
+    if constexpr (std::is_same_v<T, float>) {
+      return value();
+    } else if constexpr (std::is_same_v<T, bf16>) {
+      return p.ConsumeBool() ? bf16::from_bits(p.ConsumeIntegral<std::uint16_t>()) : dsa::from_float<bf16>(value());
+    } else if constexpr (std::is_same_v<T, fp8_e4m3>) {
+      return fp8_e4m3::from_bits(p.ConsumeIntegral<std::uint8_t>());
+    } else if constexpr (std::is_same_v<T, std::uint8_t>) {
+      return p.ConsumeIntegral<std::uint8_t>();
+    } else {
+      static_assert(std::is_same_v<T, std::int32_t>);
+      return p.ConsumeIntegral<std::int32_t>();
+    }
+  }
+
+  /// An index into [0, n): mostly valid, sometimes -1, out of range or extreme.
+  std::int32_t index(index_t n) {
+    const int c = p.ConsumeIntegralInRange(0, 15);
+    const auto clamp32 = [](index_t v) {
+      return static_cast<std::int32_t>(std::min<index_t>(std::max<index_t>(v, i32_min), i32_max));
+    };
+    switch (c) {
+      case 0: return -1;
+      case 1: return -2;
+      case 2: return clamp32(n);
+      case 3: return clamp32(n + 1);
+      case 4: return i32_min;
+      case 5: return i32_max;
+      default: return n > 0 ? clamp32(p.ConsumeIntegralInRange<index_t>(0, n - 1)) : -1;
+    }
+  }
+
+  /// A tensor with extents near `want` and a fuzzed layout; filled by `fill(i)` per element.
+  template <class T, std::size_t R, class Fill>
+  fz_tensor<T, R> tensor(std::array<index_t, R> want, Fill&& fill, bool allow_absent = true) {
+    fz_tensor<T, R> t;
+    std::array<index_t, R> e{}, s{};
+    for (std::size_t r = 0; r < R; ++r) e[r] = dim(want[r]);
+    const int layout = p.ConsumeIntegralInRange(0, 15);
+    // Row-major, then perturbed: padded outer strides, a broadcast dimension, a non-unit inner
+    // stride, or an absent (null) view.
+    index_t acc = 1;
+    for (std::size_t r = R; r-- > 0;) {
+      s[r] = acc;
+      acc *= std::max<index_t>(e[r], 1);
+      if (layout == 1 && r > 0) acc += small(3);
+    }
+    if (layout == 2) s[0] = 0;
+    if (layout == 3) s[R - 1] = 2;
+    if (layout == 4 && R > 1) s[R - 2] = 0;
+    const bool absent = allow_absent && layout == 5;
+    bool empty = false;
+    index_t fp = 1;
+    for (std::size_t r = 0; r < R; ++r) {
+      if (e[r] <= 0) empty = true;  // a negative extent (from a bad config) must be refused, never allocated
+      fp += (e[r] - 1) * s[r];
+    }
+    t.footprint = empty ? 0 : fp;
+    if (absent) {
+      t.view = dsa::host_view<T, R>(nullptr, e, s);
+      return t;
+    }
+    t.mem.resize(static_cast<std::size_t>(t.footprint));
+    for (index_t i = 0; i < t.footprint; ++i) t.mem[static_cast<std::size_t>(i)] = fill(i);
+    t.view = dsa::host_view<T, R>(t.footprint ? t.mem.data() : nullptr, e, s);
+    return t;
+  }
+
+  template <class T, std::size_t R>
+  fz_tensor<T, R> values(std::array<index_t, R> want) {
+    return tensor<T, R>(want, [&](index_t) { return element<T>(); });
+  }
+  /// An output: zero-filled.
+  template <class T, std::size_t R>
+  fz_tensor<T, R> output(std::array<index_t, R> want) {
+    return tensor<T, R>(want, [](index_t) { return T{}; });
+  }
+  template <std::size_t R>
+  fz_tensor<std::int32_t, R> indices(std::array<index_t, R> want, index_t n) {
+    return tensor<std::int32_t, R>(want, [&](index_t) { return index(n); });
+  }
+  /// ranges [m, 2]: mostly 0 <= start <= end <= n.
+  fz_tensor<std::int32_t, 2> ranges(index_t m, index_t n) {
+    auto t = tensor<std::int32_t, 2>({m, 2}, [](index_t) { return std::int32_t{0}; });
+    if (t.view.data_handle() == nullptr || t.view.extent(1) < 2) {
+      for (auto& v : t.mem) v = index(n + 1);
+      return t;
+    }
+    for (index_t i = 0; i < t.view.extent(0); ++i) {
+      if (p.ConsumeIntegralInRange(0, 7) == 0) {
+        t.view(i, 0) = index(n + 1);
+        t.view(i, 1) = index(n + 1);
+      } else {
+        const index_t end = n > 0 ? p.ConsumeIntegralInRange<index_t>(0, n) : 0;
+        const index_t start = p.ConsumeBool() ? 0 : p.ConsumeIntegralInRange<index_t>(0, end);
+        t.view(i, 0) = static_cast<std::int32_t>(start);
+        t.view(i, 1) = static_cast<std::int32_t>(end);
+      }
+    }
+    return t;
+  }
+  dsa::cpu_backend backend() { return dsa::cpu_backend{p.ConsumeIntegralInRange(1, 3)}; }
+};
+
+// ---- invariants of results ----------------------------------------------------------------------
+
+void check_topk_result(const dsa::host_view<const std::int32_t, 2>& ranges, const dsa::host_view<std::int32_t, 2>& out) {
+  for (index_t t = 0; t < out.extent(0); ++t) {
+    const index_t start = ranges(t, 0), end = ranges(t, 1);
+    bool padding = false;
+    index_t prev = -1;
+    for (index_t j = 0; j < out.extent(1); ++j) {
+      const index_t v = out(t, j);
+      if (v == -1) {
+        padding = true;
+        continue;
+      }
+      DSA_FUZZ_ASSERT(!padding);  // -1 only at the end
+      DSA_FUZZ_ASSERT(v >= start && v < end);
+      DSA_FUZZ_ASSERT(v > prev);  // ascending, distinct
+      prev = v;
+    }
+  }
+}
+
+// ---- one function per op -----------------------------------------------------------------------
+
+template <class T>
+void fuzz_hadamard(gen& g) {
+  static constexpr index_t sizes[] = {0, 1, 2, 3, 4, 8, 12, 16, 20, 24, 28, 40, 48, 64, 80, 100, 128, 256};
+  const index_t n = sizes[g.p.ConsumeIntegralInRange<std::size_t>(0, std::size(sizes) - 1)];
+  const index_t rows = g.small(4);
+  auto x = g.values<T, 2>({rows, n});
+  const float scale = g.value();
+  if (g.p.ConsumeBool()) {
+    dsa::hadamard_transform(g.backend(), x.view, x.view, scale);  // in place
+  } else {
+    auto y = g.output<T, 2>({rows, n});
+    dsa::hadamard_transform(g.backend(), x.view, y.view, scale);
+  }
+}
+
+template <class T>
+void fuzz_act_quant(gen& g) {
+  const index_t group = g.p.ConsumeBool() ? 128 : g.p.ConsumeIntegralInRange<index_t>(-1, 8);
+  const index_t rows = g.small(4), groups = g.small(2);
+  const index_t cols = group > 0 ? group * groups : g.small(8);
+  auto x = g.values<T, 2>({rows, cols});
+  auto q = g.output<fp8_e4m3, 2>({rows, cols});
+  auto s = g.output<float, 2>({rows, groups});
+  dsa::act_quant_config cfg;
+  cfg.group_size = group;
+  cfg.format = static_cast<dsa::scale_format>(g.p.ConsumeIntegralInRange(0, 2));
+  dsa::act_quant(g.backend(), x.view, q.view, s.view, cfg);
+  if (g.p.ConsumeBool()) {
+    auto y = g.output<T, 2>({rows, cols});
+    dsa::act_dequant(g.backend(), dsa::host_view<const fp8_e4m3, 2>(q.view), dsa::host_view<const float, 2>(s.view),
+                     y.view, group);
+  }
+}
+
+template <class T>
+void fuzz_act_dequant(gen& g) {
+  const index_t group = g.p.ConsumeBool() ? 128 : g.p.ConsumeIntegralInRange<index_t>(-1, 8);
+  const index_t rows = g.small(4), groups = g.small(2);
+  const index_t cols = group > 0 ? group * groups : g.small(8);
+  auto q = g.values<fp8_e4m3, 2>({rows, cols});
+  auto s = g.values<float, 2>({rows, groups});
+  auto y = g.output<T, 2>({rows, cols});
+  dsa::act_dequant(g.backend(), q.view, s.view, y.view, group);
+}
+
+template <class T>
+void fuzz_weight_quant(gen& g) {
+  const index_t rows = g.p.ConsumeIntegralInRange<index_t>(0, 260), cols = g.p.ConsumeIntegralInRange<index_t>(0, 140);
+  const index_t br = (rows + 127) / 128, bc = (cols + 127) / 128;
+  auto w = g.values<T, 2>({rows, cols});
+  auto q = g.output<fp8_e4m3, 2>({rows, cols});
+  auto s = g.output<float, 2>({br, bc});
+  dsa::weight_quant(g.backend(), w.view, q.view, s.view);
+  auto w2 = g.output<T, 2>({rows, cols});
+  dsa::weight_dequant(g.backend(), dsa::host_view<const fp8_e4m3, 2>(q.view), dsa::host_view<const float, 2>(s.view),
+                      w2.view);
+}
+
+void fuzz_kv_cache(gen& g) {
+  const index_t n = g.small(3), rows = g.small(4);
+  auto kv = g.values<bf16, 2>({n, dsa::kv_dim});
+  auto cache = g.output<std::uint8_t, 2>({rows, dsa::kv_fp8_row_bytes});
+  const bool use_slots = g.p.ConsumeBool();
+  auto slots = g.indices<1>({n}, rows);
+  dsa::kv_cache_fp8_pack(g.backend(), kv.view, cache.view,
+                         use_slots ? dsa::host_view<const std::int32_t, 1>(slots.view) : dsa::host_view<const std::int32_t, 1>{});
+  auto raw = g.values<std::uint8_t, 2>({rows, dsa::kv_fp8_row_bytes});
+  auto out = g.output<bf16, 2>({rows, dsa::kv_dim});
+  dsa::kv_cache_fp8_unpack(g.backend(), g.p.ConsumeBool() ? raw.view : cache.view, out.view);
+}
+
+void fuzz_indexer_cache(gen& g) {
+  const index_t n = g.small(3), rows = g.small(4);
+  auto k = g.values<fp8_e4m3, 2>({n, dsa::indexer_cache_dim});
+  auto ks = g.values<float, 1>({n});
+  auto cache = g.output<std::uint8_t, 2>({rows, dsa::indexer_cache_row_bytes});
+  const bool use_slots = g.p.ConsumeBool();
+  auto slots = g.indices<1>({n}, rows);
+  dsa::indexer_cache_pack(g.backend(), k.view, ks.view, cache.view,
+                          use_slots ? dsa::host_view<const std::int32_t, 1>(slots.view) : dsa::host_view<const std::int32_t, 1>{});
+  auto k2 = g.output<fp8_e4m3, 2>({rows, dsa::indexer_cache_dim});
+  auto ks2 = g.output<float, 1>({rows});
+  dsa::indexer_cache_unpack(g.backend(), cache.view, k2.view, ks2.view);
+}
+
+template <class T>
+void fuzz_indexer(gen& g) {
+  const index_t m = g.small(3), h = g.small(3), d = g.p.ConsumeBool() ? 128 : g.small(8), n = g.small(9);
+  auto q = g.values<T, 3>({m, h, d});
+  auto w = g.values<float, 2>({m, h});
+  auto k = g.values<T, 2>({n, d});
+  auto ks = g.values<float, 1>({n});
+  auto r = g.ranges(m, n);
+  auto sc = g.output<float, 2>({m, n});
+  dsa::lightning_indexer_scores(g.backend(), q.view, w.view, k.view, ks.view, r.view, sc.view);
+}
+
+void fuzz_indexer_paged(gen& g) {
+  const index_t m = g.small(3), h = g.small(3), n = g.small(9), bs = g.p.ConsumeIntegralInRange<index_t>(-1, 4);
+  const index_t blocks = bs > 0 ? (n + bs - 1) / bs : g.small(3);
+  const index_t slots = g.small(12);
+  auto q = g.values<fp8_e4m3, 3>({m, h, dsa::indexer_cache_dim});
+  auto w = g.values<float, 2>({m, h});
+  auto cache = g.values<std::uint8_t, 2>({slots, dsa::indexer_cache_row_bytes});
+  auto table = g.indices<2>({m, blocks}, bs > 0 ? (slots + bs - 1) / bs : 1);
+  auto r = g.ranges(m, n);
+  auto sc = g.output<float, 2>({m, n});
+  dsa::lightning_indexer_scores_paged(g.backend(), q.view, w.view, cache.view, table.view, bs, r.view, sc.view);
+}
+
+void fuzz_indexer_backward(gen& g) {
+  const index_t m = g.small(3), h = g.small(3), d = g.small(6), n = g.small(6);
+  auto q = g.values<float, 3>({m, h, d});
+  auto w = g.values<float, 2>({m, h});
+  auto k = g.values<float, 2>({n, d});
+  auto ks = g.values<float, 1>({n});
+  auto r = g.ranges(m, n);
+  auto gs = g.values<float, 2>({m, n});
+  auto gq = g.output<float, 3>({m, h, d});
+  auto gw = g.output<float, 2>({m, h});
+  auto gk = g.output<float, 2>({n, d});
+  dsa::lightning_indexer_backward(g.backend(), q.view, w.view, k.view, ks.view, r.view, gs.view, gq.view, gw.view,
+                                  gk.view);
+}
+
+void fuzz_topk(gen& g) {
+  const index_t m = g.small(4), n = g.p.ConsumeIntegralInRange<index_t>(0, 40);
+  const index_t k = g.p.ConsumeIntegralInRange<index_t>(-1, 48);
+  auto sc = g.values<float, 2>({m, n});
+  auto r = g.ranges(m, n);
+  auto out = g.output<std::int32_t, 2>({m, std::max<index_t>(k, 0)});
+  bool ran = false;
+  try {
+    dsa::topk_indices(g.backend(), sc.view, r.view, k, out.view);
+    ran = true;
+  } catch (const dsa::error&) {
+  }
+  if (ran) check_topk_result(r.view, out.view);
+}
+
+void fuzz_topk_paged(gen& g) {
+  const index_t m = g.small(3), n = g.p.ConsumeIntegralInRange<index_t>(0, 20), k = g.p.ConsumeIntegralInRange<index_t>(-1, 24);
+  const index_t bs = g.p.ConsumeIntegralInRange<index_t>(-1, 4);
+  const index_t blocks = bs > 0 ? (n + bs - 1) / bs : g.small(3);
+  auto sc = g.values<float, 2>({m, n});
+  auto r = g.ranges(m, n);
+  auto table = g.tensor<std::int32_t, 2>({m, blocks}, [&](index_t) {
+    return g.p.ConsumeBool() ? g.index(8) : static_cast<std::int32_t>(g.p.ConsumeIntegralInRange(i32_max / 8, i32_max));
+  });
+  auto out = g.output<std::int32_t, 2>({m, std::max<index_t>(k, 0)});
+  dsa::topk_indices_paged(g.backend(), sc.view, r.view, k, table.view, bs, out.view);
+}
+
+void fuzz_gather(gen& g) {
+  const index_t n = g.small(5), d = g.small(5), m = g.small(3), k = g.small(4);
+  auto src = g.values<float, 2>({n, d});
+  auto idx = g.indices<2>({m, k}, n);
+  auto dst = g.output<float, 3>({m, k, d});
+  dsa::gather_rows(g.backend(), src.view, idx.view, dst.view);
+}
+
+template <class O>
+void fuzz_sparse_mla(gen& g) {
+  const index_t s = g.small(2), h = g.small(3), n = g.small(6), k = g.small(5);
+  const bool fp8 = g.p.ConsumeBool();
+  const index_t d_qk = fp8 ? dsa::kv_dim : g.p.ConsumeIntegralInRange<index_t>(0, 8);
+  dsa::sparse_mla_config cfg;
+  cfg.softmax_scale = g.p.ConsumeBool() ? 0.125f : g.value();
+  cfg.d_v = fp8 ? (g.p.ConsumeBool() ? 512 : g.small(8)) : g.p.ConsumeIntegralInRange<index_t>(0, d_qk + 1);
+  auto q = g.values<bf16, 3>({s, h, d_qk});
+  auto idx = g.indices<2>({s, k}, n);
+  auto out = g.output<O, 3>({s, h, cfg.d_v});
+  auto lse = g.output<float, 2>({s, h});
+  auto probs = g.output<float, 2>({s, k});
+  if (fp8) {
+    auto kv = g.values<std::uint8_t, 2>({n, dsa::kv_fp8_row_bytes});
+    dsa::sparse_mla_attention(g.backend(), q.view, kv.view, idx.view, out.view, lse.view, cfg, probs.view);
+  } else {
+    auto kv = g.values<bf16, 2>({n, d_qk});
+    dsa::sparse_mla_attention(g.backend(), q.view, kv.view, idx.view, out.view, lse.view, cfg, probs.view);
+  }
+}
+
+void fuzz_sparse_mha(gen& g) {
+  const index_t s = g.small(2), h = g.small(3), n = g.small(5), k = g.small(4);
+  const index_t dn = g.small(4), dr = g.small(3), dv = g.small(4);
+  auto q = g.values<bf16, 3>({s, h, dn + dr});
+  auto kn = g.values<bf16, 3>({n, h, dn});
+  auto kr = g.values<bf16, 2>({n, dr});
+  auto v = g.values<bf16, 3>({n, h, dv});
+  auto idx = g.indices<2>({s, k}, n);
+  auto out = g.output<bf16, 3>({s, h, dv});
+  auto lse = g.output<float, 2>({s, h});
+  dsa::sparse_mha_config cfg;
+  cfg.softmax_scale = g.p.ConsumeBool() ? 0.125f : g.value();
+  cfg.rounding = static_cast<dsa::attention_rounding>(g.p.ConsumeIntegralInRange(0, 3));
+  dsa::sparse_mha_attention(g.backend(), q.view, kn.view, kr.view, v.view, idx.view, out.view, cfg, lse.view);
+}
+
+void fuzz_kl(gen& g) {
+  const index_t m = g.small(4), h = g.small(3), n = g.small(6);
+  auto attn = g.values<float, 3>({m, h, n});
+  auto index = g.values<float, 2>({m, n});
+  auto loss = g.output<float, 1>({1});
+  auto grad = g.output<float, 2>({m, n});
+  if (g.p.ConsumeBool()) {
+    auto r = g.ranges(m, n);
+    dsa::indexer_kl_loss_dense(g.backend(), attn.view, index.view, r.view, loss.view, grad.view);
+  } else {
+    auto topk = g.indices<2>({m, g.small(5)}, n);
+    dsa::indexer_kl_loss_sparse(g.backend(), attn.view, index.view, topk.view, loss.view, grad.view);
+  }
+}
+
+void fuzz_moe(gen& g) {
+  const index_t t = g.small(3), e = g.p.ConsumeIntegralInRange<index_t>(0, 16);
+  dsa::moe_routing_config cfg;
+  cfg.n_group = g.p.ConsumeIntegralInRange<index_t>(-1, 5);
+  cfg.topk_group = g.p.ConsumeIntegralInRange<index_t>(-1, 5);
+  cfg.top_k = g.p.ConsumeIntegralInRange<index_t>(-1, 9);
+  cfg.scoring = static_cast<dsa::moe_scoring>(g.p.ConsumeIntegralInRange(0, 2));
+  cfg.norm_topk_prob = g.p.ConsumeBool();
+  cfg.routed_scaling_factor = g.p.ConsumeBool() ? 2.5f : g.value();
+  auto logits = g.values<float, 2>({t, e});
+  auto bias = g.values<float, 1>({e});
+  auto ids = g.output<std::int32_t, 2>({t, std::max<index_t>(cfg.top_k, 0)});
+  auto w = g.output<float, 2>({t, std::max<index_t>(cfg.top_k, 0)});
+  bool ran = false;
+  try {
+    dsa::moe_route(g.backend(), logits.view, bias.view, ids.view, w.view, cfg);
+    ran = true;
+  } catch (const dsa::error&) {
+  }
+  if (!ran) return;
+  for (index_t i = 0; i < ids.view.extent(0); ++i) {
+    for (index_t j = 0; j < ids.view.extent(1); ++j) {
+      const index_t id = ids.view(i, j);
+      DSA_FUZZ_ASSERT(id >= 0 && id < logits.view.extent(1));
+      if (j > 0) DSA_FUZZ_ASSERT(id > ids.view(i, j - 1));
+    }
+  }
+}
+
+void fuzz_moe_combine(gen& g) {
+  const index_t t = g.small(3), d = g.small(5), k = g.small(3), r = g.small(6);
+  auto eo = g.values<bf16, 2>({r, d});
+  auto rows = g.indices<2>({t, k}, r);
+  auto w = g.values<float, 2>({t, k});
+  auto shared = g.values<bf16, 2>({t, d});
+  auto y = g.output<bf16, 2>({t, d});
+  dsa::moe_combine(g.backend(), eo.view, rows.view, w.view, shared.view, y.view);
+}
+
+void fuzz_dense(gen& g) {
+  const index_t t = g.small(3), d = g.small(6);
+  switch (g.p.ConsumeIntegralInRange(0, 4)) {
+    case 0: {
+      auto a = g.values<bf16, 2>({t, d});
+      auto b = g.values<bf16, 2>({t, d});
+      auto y = g.output<bf16, 2>({t, d});
+      dsa::swiglu(g.backend(), a.view, b.view, g.p.ConsumeBool() ? a.view : y.view);
+      break;
+    }
+    case 1: {
+      auto proj = g.values<float, 2>({t, d});
+      auto qs = g.values<float, 2>({t, d});
+      auto w = g.output<float, 2>({t, d});
+      dsa::lightning_indexer_weights(g.backend(), proj.view, qs.view, w.view, g.value(), g.value());
+      break;
+    }
+    case 2: {
+      const index_t in = g.p.ConsumeBool() ? 128 : g.small(8), out = g.small(5);
+      auto x = g.values<bf16, 2>({t, in});
+      auto w = g.values<fp8_e4m3, 2>({out, in});
+      auto ws = g.values<float, 2>({(out + 127) / 128, in / 128});
+      auto y = g.output<bf16, 2>({t, out});
+      dsa::fp8_linear(g.backend(), x.view, w.view, ws.view, y.view,
+                      static_cast<dsa::scale_format>(g.p.ConsumeIntegralInRange(0, 2)));
+      break;
+    }
+    case 3: {
+      const index_t out = g.small(5);
+      auto x = g.values<bf16, 2>({t, d});
+      auto w = g.values<float, 2>({out, d});
+      auto y = g.output<float, 2>({t, out});
+      dsa::linear(g.backend(), x.view, w.view, y.view);
+      break;
+    }
+    default: {
+      auto x = g.values<bf16, 2>({t, d});
+      auto res = g.values<bf16, 2>({t, d});
+      auto wt = g.values<float, 1>({d});
+      auto bias = g.values<float, 1>({d});
+      auto y = g.output<bf16, 2>({t, d});
+      const float eps = g.p.ConsumeBool() ? 1e-6f : g.value();
+      switch (g.p.ConsumeIntegralInRange(0, 2)) {
+        case 0: dsa::rms_norm(g.backend(), x.view, wt.view, y.view, eps); break;
+        case 1: dsa::add_rms_norm(g.backend(), x.view, res.view, wt.view, y.view, eps); break;
+        default: dsa::layer_norm(g.backend(), x.view, wt.view, bias.view, y.view, eps); break;
+      }
+    }
+  }
+}
+
+void fuzz_rope(gen& g) {
+  dsa::rope_config cfg;
+  cfg.dim = g.p.ConsumeBool() ? 64 : g.p.ConsumeIntegralInRange<index_t>(-1, 9);
+  cfg.base = g.p.ConsumeBool() ? 10000.0f : g.value();
+  cfg.factor = g.p.ConsumeBool() ? 40.0f : g.value();
+  cfg.original_max_position = g.p.ConsumeBool() ? 4096 : g.p.ConsumeIntegralInRange<index_t>(-1, 8192);
+  cfg.max_position = g.p.ConsumeBool() ? 8192 : g.p.ConsumeIntegralInRange<index_t>(-1, 1 << 20);
+  cfg.beta_fast = g.p.ConsumeBool() ? 32.0f : g.value();
+  cfg.beta_slow = g.p.ConsumeBool() ? 1.0f : g.value();
+  const index_t t = g.small(3), h = g.small(3);
+  auto x = g.values<bf16, 3>({t, h, cfg.dim});
+  auto pos = g.tensor<std::int32_t, 1>({t}, [&](index_t) { return g.element<std::int32_t>(); });
+  dsa::rope_apply(g.backend(), x.view, pos.view, cfg,
+                  static_cast<dsa::rope_layout>(g.p.ConsumeIntegralInRange(0, 2)));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  FuzzedDataProvider p(data, size);
+  gen g{p};
+  try {
+    switch (p.ConsumeIntegralInRange(0, 24)) {
+      case 0: fuzz_hadamard<float>(g); break;
+      case 1: fuzz_hadamard<bf16>(g); break;
+      case 2: fuzz_act_quant<float>(g); break;
+      case 3: fuzz_act_quant<bf16>(g); break;
+      case 4: fuzz_act_dequant<bf16>(g); break;
+      case 5: fuzz_weight_quant<float>(g); break;
+      case 6: fuzz_weight_quant<bf16>(g); break;
+      case 7: fuzz_kv_cache(g); break;
+      case 8: fuzz_indexer_cache(g); break;
+      case 9: fuzz_indexer<fp8_e4m3>(g); break;
+      case 10: fuzz_indexer<float>(g); break;
+      case 11: fuzz_indexer_paged(g); break;
+      case 12: fuzz_indexer_backward(g); break;
+      case 13: fuzz_topk(g); break;
+      case 14: fuzz_topk_paged(g); break;
+      case 15: fuzz_gather(g); break;
+      case 16: fuzz_sparse_mla<float>(g); break;
+      case 17: fuzz_sparse_mla<bf16>(g); break;
+      case 18: fuzz_sparse_mha(g); break;
+      case 19: fuzz_kl(g); break;
+      case 20: fuzz_moe(g); break;
+      case 21: fuzz_moe_combine(g); break;
+      case 22: fuzz_dense(g); break;
+      case 23: fuzz_rope(g); break;
+      default: fuzz_act_dequant<float>(g); break;
+    }
+  } catch (const dsa::error&) {
+    // A clear refusal is the expected outcome for a bad argument.
+  }
+  return 0;
+}
