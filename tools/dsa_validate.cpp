@@ -1,10 +1,14 @@
 // dsa_validate: runs the case groups of a golden-format safetensors file through dsa's public
-// ops and compares with the expected outputs under each group's tolerance (docs/validation.md).
+// ops and compares with the expected outputs under each group's tolerance (docs/validation.md);
+// with --model, replays a golden model directory (config.json, the checkpoint and
+// expected.safetensors) through dsa::model::transformer under the golden README's criteria.
 //
 //   dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N]
+//   dsa_validate --model DIR      [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N]
 //
-// Exit codes: 0 every group ran and passed; 1 a comparison failed; 2 usage, I/O or a malformed
-// file (including a group that lacks a tensor it needs, and a file with no known group).
+// Exit codes: 0 every group (every check) ran and passed; 1 a comparison failed; 2 usage, I/O or
+// a malformed file (including a group that lacks a tensor it needs, a file with no known group,
+// and a model directory without its checkpoint or expected.safetensors).
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -20,6 +24,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/model/safetensors.hpp"
+#include "validate/model_cases.hpp"
 #include "validate/primitive_cases.hpp"
 
 namespace {
@@ -30,21 +35,26 @@ constexpr int exit_error = 2;
 
 const char* const usage_text =
     "usage: dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N]\n"
+    "       dsa_validate --model DIR      [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N]\n"
     "\n"
     "Runs every case group found in FILE (hadamard, hadamard_f32, act_quant, weight_quant, indexer,\n"
     "topk, sparse_mla, kl_dense, kl_sparse) through dsa's ops and compares with the file's expected\n"
     "outputs under each group's tolerance. See docs/validation.md.\n"
     "\n"
+    "  --model DIR          instead of FILE: replay the golden model directory DIR (config.json, its\n"
+    "                       checkpoint and expected.safetensors): the prompt, the teacher-forced decode\n"
+    "                       steps and the per-layer top-k, checked one line per step and per layer\n"
     "  --backend cpu|cuda   backend to run the ops on (default cpu)\n"
     "  --threads N          CPU threads, N >= 1 (default: every hardware thread)\n"
-    "  --dump OUT           write the group inputs and the computed outputs, under the expected\n"
-    "                       outputs' names, to OUT (a golden-format file)\n"
+    "  --dump OUT           write the inputs and the computed outputs, under the expected outputs'\n"
+    "                       names, to OUT (a golden-format file)\n"
     "  -h, --help           this text\n"
     "\n"
-    "exit status: 0 all groups pass, 1 a comparison failed, 2 usage, I/O or malformed-file error\n";
+    "exit status: 0 all checks pass, 1 a comparison failed, 2 usage, I/O or malformed-input error\n";
 
 struct options {
   std::filesystem::path file;
+  std::filesystem::path model;  ///< --model DIR (then `file` is empty)
   std::string backend = "cpu";
   std::filesystem::path dump;
   int threads = 0;
@@ -71,6 +81,9 @@ options parse_args(int argc, char** argv) {
       if (o.backend != "cpu" && o.backend != "cuda") {
         throw usage_error{"--backend = " + o.backend + "; expected cpu or cuda"};
       }
+    } else if (a == "--model") {
+      o.model = value(i, a);
+      if (o.model.empty()) throw usage_error{"--model needs a directory"};
     } else if (a == "--dump") {
       o.dump = value(i, a);
       if (o.dump.empty()) throw usage_error{"--dump needs a file name"};
@@ -95,7 +108,11 @@ options parse_args(int argc, char** argv) {
       have_file = true;
     }
   }
-  if (!have_file) throw usage_error{"no input file"};
+  if (have_file && !o.model.empty()) {
+    throw usage_error{"both an input file (" + o.file.string() + ") and --model " + o.model.string() +
+                      "; expected one of them"};
+  }
+  if (!have_file && o.model.empty()) throw usage_error{"no input file (or --model DIR)"};
   return o;
 }
 
@@ -149,12 +166,96 @@ void write_dump(const options& o, const dsa::safetensors_file& f,
   dsa::write_safetensors(o.dump, entries, metadata);
 }
 
+std::string padded(const std::string& s, std::size_t width) {
+  return s.size() >= width ? s + " " : s + std::string(width - s.size(), ' ');
+}
+
+/// --model DIR: the golden replay of a model directory, one line per check.
+int run_model(const options& o) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path& dir = o.model;
+  if (!fs::exists(dir, ec)) {
+    std::cerr << "dsa_validate: --model " << dir.string() << ": no such directory\n";
+    return exit_error;
+  }
+  if (!fs::is_directory(dir, ec)) {
+    std::cerr << "dsa_validate: --model " << dir.string() << ": not a directory; expected a golden model directory "
+              << "(config.json, model.safetensors or model.safetensors.index.json, expected.safetensors)\n";
+    return exit_error;
+  }
+  if (!fs::exists(dir / "expected.safetensors", ec)) {
+    std::cerr << "dsa_validate: --model " << dir.string() << ": no expected.safetensors in the directory; expected a "
+              << "golden model directory (config.json, model.safetensors or model.safetensors.index.json, and "
+              << "expected.safetensors with the reference prompt, logits and top-k; see ../shared/golden/README.md)\n";
+    return exit_error;
+  }
+  const dsa::cpu_backend be{o.threads};
+  const int threads = dsa::cpu_detail::thread_count(be);
+  std::cout << "dsa_validate " << DSA_VERSION_MAJOR << "." << DSA_VERSION_MINOR << "." << DSA_VERSION_PATCH
+            << ": model " << dir.string() << ", backend cpu (" << threads << (threads == 1 ? " thread)\n" : " threads)\n");
+  const dsa_validate::model_case_result r = dsa_validate::run_model_case(be, dir);
+
+  int passed = 0, failed = 0;
+  auto line = [&](const std::string& name, bool pass, const std::string& what) {
+    std::cout << padded(name, 20) << (pass ? "PASS  " : "FAIL  ") << what << "\n";
+    (pass ? passed : failed) += 1;
+  };
+  // The per-step and per-layer comparisons of run_model_case, with the argmax of each step.
+  std::size_t step = 0;
+  for (const dsa_validate::comparison& c : r.result.comparisons) {
+    if (c.metric == "1 - cosine") {
+      const bool agrees = r.argmax_match[step] != 0;
+      line(c.tensor, c.pass,
+           "cosine " + dsa_validate::model_detail::fmt(1.0 - c.max_error, 6) + " (min " +
+               format_number(dsa_validate::model_min_cosine) + "), argmax " + std::to_string(r.argmax_got[step]) +
+               (agrees ? " (agrees)" : " (expected " + std::to_string(r.argmax_want[step]) + ")"));
+      ++step;
+    } else if (c.metric == "argmax mismatches") {
+      line("argmax", c.pass,
+           std::to_string(static_cast<int>(c.max_error)) + " of " + std::to_string(r.argmax_match.size()) +
+               " steps disagree (at most " + std::to_string(static_cast<int>(c.tolerance)) + ")");
+    } else {
+      line(c.tensor, c.pass,
+           "mean top-k set agreement " + dsa_validate::model_detail::fmt(1.0 - c.max_error, 4) + " (min " +
+               format_number(dsa_validate::model_min_topk_agreement) + ")");
+    }
+  }
+  for (const std::string& d : r.diagnostics) {
+    if (d.find(".logits:") == std::string::npos) std::cout << "  info: " << d << "\n";
+  }
+  std::cout << (passed + failed) << " checks: " << passed << " passed, " << failed << " failed\n";
+
+  if (!o.dump.empty()) {
+    // The inputs of the expected file (prompt, generated) and every computed output under its
+    // expected name: the dump is itself a valid expected.safetensors for the same model.
+    const dsa::safetensors_file exp = dsa::safetensors_file::open(dir / "expected.safetensors");
+    std::set<std::string> computed;
+    for (const auto& out : r.result.outputs) computed.insert(out.name);
+    std::vector<dsa::safetensors_entry> entries;
+    for (const dsa::tensor_info& t : exp.tensors()) {
+      if (!computed.count(t.name) && (t.name == "prompt" || t.name == "generated"))
+        entries.push_back({t.name, t.type, t.shape, exp.bytes(t)});
+    }
+    for (const auto& out : r.result.outputs) entries.push_back({out.name, out.type, out.shape, out.bytes});
+    auto metadata = exp.metadata();
+    metadata["dsa_validate.source"] = dir.string();
+    metadata["dsa_validate.backend"] = o.backend;
+    metadata["dsa_validate.version"] = std::to_string(DSA_VERSION_MAJOR) + "." + std::to_string(DSA_VERSION_MINOR) +
+                                       "." + std::to_string(DSA_VERSION_PATCH);
+    dsa::write_safetensors(o.dump, entries, metadata);
+    std::cout << "wrote " << o.dump.string() << "\n";
+  }
+  return failed ? exit_fail : exit_pass;
+}
+
 int run(const options& o) {
   if (o.backend == "cuda") {
     std::cerr << "dsa_validate: --backend cuda: the CUDA backend is not available in this build of dsa_validate "
                  "(it runs host-memory backends only); use --backend cpu\n";
     return exit_error;
   }
+  if (!o.model.empty()) return run_model(o);
   const dsa::safetensors_file f = dsa::safetensors_file::open(o.file);
   const std::vector<std::string> groups = dsa_validate::detect_groups(f);
   for (const std::string& u : dsa_validate::unknown_groups(f)) {

@@ -13,15 +13,19 @@ TEST_CASE("dsa_validate command line (skipped: built without DSA_BUILD_TOOLS)") 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "dsa/model/safetensors.hpp"
+
+using dsa::index_t;
 
 namespace fs = std::filesystem;
 
@@ -248,6 +252,164 @@ TEST_CASE("dsa_validate usage errors exit 2") {
   const auto help = run_tool(dir, {"--help"});
   CHECK(help.exit_code == 0);
   CHECK(contains(help.output, "usage: dsa_validate"));
+}
+
+// ---- --model DIR ------------------------------------------------------------------------------
+
+namespace {
+
+const fs::path tiny_dir = fs::path(DSA_TEST_DATA_DIR) / "tiny-dsv32";
+
+// A model directory in `dir`: the tiny model's config and checkpoint, and `expected` as
+// expected.safetensors.
+fs::path model_copy(const temp_dir& dir, const std::string& name, const fs::path& expected) {
+  const fs::path m = dir / name;
+  fs::create_directories(m);
+  fs::copy_file(tiny_dir / "config.json", m / "config.json");
+  fs::copy_file(tiny_dir / "model.safetensors", m / "model.safetensors");
+  if (!expected.empty()) fs::copy_file(expected, m / "expected.safetensors");
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("dsa_validate --model replays the golden tiny model: one line per check, exit 0") {
+  temp_dir dir;
+  const auto r = run_tool(dir, {"--model", tiny_dir.string(), "--threads", "2"});
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.output, "model " + tiny_dir.string() + ", backend cpu (2 threads)"));
+  for (int s = 0; s <= 8; ++s) {
+    const std::string step = "step" + std::to_string(s) + ".logits";
+    CHECK_MESSAGE(contains(r.output, step + std::string(20 - step.size(), ' ') + "PASS  cosine 0.99"), step);
+  }
+  CHECK(contains(r.output, "argmax              PASS  0 of 9 steps disagree (at most 1)"));
+  for (int l = 0; l < 3; ++l) {
+    const std::string layer = "step0.layer" + std::to_string(l) + ".topk";
+    CHECK_MESSAGE(contains(r.output, layer + std::string(20 - layer.size(), ' ') + "PASS  mean top-k set agreement 0.99"),
+                  layer);
+  }
+  CHECK(contains(r.output, "13 checks: 13 passed, 0 failed"));
+  CHECK_FALSE(contains(r.output, "FAIL"));
+}
+
+TEST_CASE("dsa_validate --model --dump writes the computed tensors under the expected names, and the dump validates") {
+  temp_dir dir;
+  const fs::path dump = dir / "dump.safetensors";
+  const auto r = run_tool(dir, {"--model", tiny_dir.string(), "--dump", dump.string()});
+  CAPTURE(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto golden = dsa::safetensors_file::open(tiny_dir / "expected.safetensors");
+  const auto d = dsa::safetensors_file::open(dump);
+  CHECK(d.tensors().size() == golden.tensors().size());
+  for (const dsa::tensor_info& t : golden.tensors()) {
+    CAPTURE(t.name);
+    REQUIRE(d.contains(t.name));
+    CHECK(d.at(t.name).description() == t.description());
+  }
+  for (const char* name : {"prompt", "generated"}) {
+    const auto a = golden.bytes(name), b = d.bytes(name);
+    CHECK_MESSAGE(std::equal(a.begin(), a.end(), b.begin(), b.end()), name);
+  }
+  // The computed logits are ours, not a copy of the expected ones.
+  const auto a = golden.bytes("step0.logits"), b = d.bytes("step0.logits");
+  CHECK_FALSE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+  CHECK(d.metadata().at("dsa_validate.backend") == "cpu");
+  CHECK(d.metadata().at("prompt_len") == "80");
+  // The dump, as the expected file of the same model, reproduces itself exactly.
+  const fs::path m = model_copy(dir, "self", dump);
+  const auto again = run_tool(dir, {"--model", m.string(), "--threads", "2"});
+  CAPTURE(again.output);
+  CHECK(again.exit_code == 0);
+  CHECK(contains(again.output, "step8.logits        PASS  cosine 1.000000"));
+  CHECK(contains(again.output, "step0.layer2.topk   PASS  mean top-k set agreement 1.0000"));
+}
+
+TEST_CASE("dsa_validate --model exits 1 when a step's logits disagree") {
+  temp_dir dir;
+  const auto golden = dsa::safetensors_file::open(tiny_dir / "expected.safetensors");
+  std::vector<dsa::safetensors_entry> entries;
+  std::vector<float> negated;
+  for (const dsa::tensor_info& t : golden.tensors()) {
+    dsa::safetensors_entry e{t.name, t.type, t.shape, golden.bytes(t)};
+    if (t.name == "step3.logits") {
+      const auto v = golden.view<float, 2>(t);
+      for (index_t i = 0; i < v.size(); ++i) negated.push_back(-v.data_handle()[i]);
+      e.data = std::as_bytes(std::span<const float>(negated));
+    }
+    entries.push_back(e);
+  }
+  const fs::path bad = dir / "bad_expected.safetensors";
+  dsa::write_safetensors(bad, entries, golden.metadata());
+  const fs::path m = model_copy(dir, "bad", bad);
+  const auto r = run_tool(dir, {"--model", m.string(), "--threads", "2"});
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.output, "step3.logits        FAIL  cosine -0.99"));
+  CHECK(contains(r.output, "step2.logits        PASS"));
+  CHECK(contains(r.output, "argmax              PASS  1 of 9 steps disagree (at most 1)"));
+  CHECK(contains(r.output, "13 checks: 12 passed, 1 failed"));
+}
+
+TEST_CASE("dsa_validate --model exits 2 with a clear message on a bad directory") {
+  temp_dir dir;
+  SUBCASE("missing directory") {
+    const fs::path m = dir / "no_such_model";
+    const auto r = run_tool(dir, {"--model", m.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "dsa_validate: --model " + m.string() + ": no such directory"));
+  }
+  SUBCASE("a file, not a directory") {
+    const auto r = run_tool(dir, {"--model", golden_path.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, golden_path.string() + ": not a directory"));
+  }
+  SUBCASE("no expected.safetensors") {
+    const fs::path m = model_copy(dir, "no_expected", {});
+    const auto r = run_tool(dir, {"--model", m.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "dsa_validate: --model " + m.string() + ": no expected.safetensors in the directory"));
+  }
+  SUBCASE("no checkpoint") {
+    const fs::path m = dir / "no_checkpoint";
+    fs::create_directories(m);
+    fs::copy_file(tiny_dir / "config.json", m / "config.json");
+    fs::copy_file(tiny_dir / "expected.safetensors", m / "expected.safetensors");
+    const auto r = run_tool(dir, {"--model", m.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "directory has neither model.safetensors.index.json nor model.safetensors"));
+  }
+  SUBCASE("expected.safetensors without the prompt") {
+    const auto golden = dsa::safetensors_file::open(tiny_dir / "expected.safetensors");
+    std::vector<dsa::safetensors_entry> entries;
+    for (const dsa::tensor_info& t : golden.tensors()) {
+      if (t.name != "prompt") entries.push_back({t.name, t.type, t.shape, golden.bytes(t)});
+    }
+    const fs::path e = dir / "no_prompt.safetensors";
+    dsa::write_safetensors(e, entries);
+    const fs::path m = model_copy(dir, "no_prompt", e);
+    const auto r = run_tool(dir, {"--model", m.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "tensor 'prompt' is missing"));
+  }
+  SUBCASE("both a file and --model") {
+    const auto r = run_tool(dir, {golden_path.string(), "--model", tiny_dir.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "both an input file"));
+    CHECK(contains(r.output, "usage: dsa_validate"));
+  }
+  SUBCASE("--model without a value") {
+    const auto r = run_tool(dir, {"--model"});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "--model needs a value"));
+  }
 }
 
 TEST_CASE("dsa_validate --backend cuda says the CUDA backend is not available") {

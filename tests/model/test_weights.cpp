@@ -1,0 +1,412 @@
+// dsa::model::weights on broken and re-packaged copies of tests/data/tiny-dsv32: every bad
+// checkpoint is a dsa::error naming the file and the tensor; the MTP layer is ignored; a sharded
+// copy gives the same logits bit for bit.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dsa/core/backend.hpp"
+#include "dsa/model/safetensors.hpp"
+#include "dsa/model/transformer.hpp"
+#include "dsa/model/weights.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using dsa::index_t;
+
+const fs::path tiny_dir = fs::path(DSA_TEST_DATA_DIR) / "tiny-dsv32";
+
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() / ("dsa_test_weights_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+};
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_text(const fs::path& p, const std::string& s) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(s.data(), static_cast<std::streamsize>(s.size()));
+  REQUIRE(out.good());
+}
+
+// The tiny checkpoint's tensors as writer entries (borrowing the mapped source file), plus
+// owned storage for the tensors a test replaces or adds.
+struct tensors {
+  dsa::safetensors_file src = dsa::safetensors_file::open(tiny_dir / "model.safetensors");
+  std::vector<dsa::safetensors_entry> entries;
+  std::vector<std::vector<std::byte>> owned;
+
+  tensors() {
+    for (const dsa::tensor_info& t : src.tensors()) entries.push_back({t.name, t.type, t.shape, src.bytes(t)});
+  }
+  dsa::safetensors_entry* find(const std::string& name) {
+    for (auto& e : entries) {
+      if (e.name == name) return &e;
+    }
+    FAIL("no tensor " << name);
+    return nullptr;
+  }
+  void remove(const std::string& name) {
+    find(name);
+    std::erase_if(entries, [&](const dsa::safetensors_entry& e) { return e.name == name; });
+  }
+  // Replaces (or adds) a tensor with `bytes` filled with `fill`.
+  void set(const std::string& name, dsa::dtype type, std::vector<index_t> shape, std::uint8_t fill = 0) {
+    std::size_t n = dsa::dtype_size(type);
+    for (index_t d : shape) n *= static_cast<std::size_t>(d);
+    owned.emplace_back(n, static_cast<std::byte>(fill));
+    const std::span<const std::byte> data(owned.back());
+    for (auto& e : entries) {
+      if (e.name == name) {
+        e = {name, type, std::move(shape), data};
+        return;
+      }
+    }
+    entries.push_back({name, type, std::move(shape), data});
+  }
+};
+
+// A checkpoint directory: config.json (optionally edited) and model.safetensors from `t`.
+void write_checkpoint(const fs::path& dir, const tensors& t,
+                      const std::function<void(nlohmann::json&)>& edit_config = {}) {
+  nlohmann::json cfg = nlohmann::json::parse(read_text(tiny_dir / "config.json"));
+  if (edit_config) edit_config(cfg);
+  write_text(dir / "config.json", cfg.dump(2));
+  dsa::write_safetensors(dir / "model.safetensors", t.entries);
+}
+
+// The message of the dsa::error that loading `dir` throws ("" if it loads).
+std::string load_error(const fs::path& dir) {
+  try {
+    dsa::model::weights::load(dir);
+  } catch (const dsa::error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Logits of the golden prompt's first 40 tokens, then one decode step.
+std::vector<float> logits_of(const fs::path& dir) {
+  const auto f = dsa::safetensors_file::open(tiny_dir / "expected.safetensors");
+  const auto pv = f.view<std::int64_t, 2>("prompt");
+  auto m = dsa::model::transformer<dsa::cpu_backend>::load(dir, dsa::cpu_backend{2});
+  auto seq = m.new_sequence(41);
+  std::vector<float> out = m.forward(seq, std::span<const std::int64_t>(pv.data_handle(), 40));
+  const std::vector<float> step = m.forward(seq, std::span<const std::int64_t>(pv.data_handle() + 40, 1));
+  out.insert(out.end(), step.begin(), step.end());
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Rewrites the JSON header of a safetensors file (the data section is kept as it is).
+void edit_header(const fs::path& file, const std::function<void(nlohmann::json&)>& edit) {
+  const std::string bytes = read_text(file);
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)])) << (8 * i);
+  nlohmann::json h = nlohmann::json::parse(bytes.substr(8, n));
+  edit(h);
+  std::string text = h.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string len(8, '\0');
+  for (int i = 0; i < 8; ++i) len[static_cast<std::size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xFF);
+  write_text(file, len + text + bytes.substr(8 + n));
+}
+
+}  // namespace
+
+TEST_CASE("the intact copy loads and reproduces the original's logits") {
+  temp_dir dir;
+  tensors t;
+  write_checkpoint(dir.path, t);
+  CHECK(load_error(dir.path).empty());
+  CHECK(same_bits(logits_of(dir.path), logits_of(tiny_dir)));
+}
+
+TEST_CASE("a missing tensor names the file and the tensor") {
+  temp_dir dir;
+  const std::string file = (dir.path / "model.safetensors").string();
+  for (const char* name : {"model.layers.1.self_attn.q_a_proj.weight", "model.layers.2.mlp.experts.15.up_proj.weight_scale_inv",
+                           "model.layers.0.self_attn.indexer.k_norm.bias", "lm_head.weight", "model.norm.weight"}) {
+    CAPTURE(name);
+    tensors t;
+    t.remove(name);
+    write_checkpoint(dir.path, t);
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, "dsa::model::weights: " + file + ": tensor '" + name + "' presence = missing"));
+  }
+}
+
+TEST_CASE("a wrong shape names the file, the tensor, both shapes and the config keys") {
+  temp_dir dir;
+  const std::string file = (dir.path / "model.safetensors").string();
+  {
+    tensors t;
+    t.set("model.layers.2.mlp.experts.3.down_proj.weight", dsa::dtype::f8_e4m3, {256, 127});
+    write_checkpoint(dir.path, t);
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, file + ": tensor 'model.layers.2.mlp.experts.3.down_proj.weight' shape = [256, 127]; expected "
+                             "[256, 128] (hidden_size, moe_intermediate_size)"));
+  }
+  {
+    tensors t;
+    t.set("model.layers.1.self_attn.kv_a_layernorm.weight", dsa::dtype::f32, {255});
+    write_checkpoint(dir.path, t);
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, file + ": tensor 'model.layers.1.self_attn.kv_a_layernorm.weight' shape = [255]; expected [256] "
+                             "(kv_lora_rank)"));
+  }
+  {
+    tensors t;
+    t.set("model.layers.0.self_attn.o_proj.weight_scale_inv", dsa::dtype::f32, {2, 3});
+    write_checkpoint(dir.path, t);
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, file + ": tensor 'model.layers.0.self_attn.o_proj.weight_scale_inv' shape = [2, 3]; expected [2, 2] "
+                             "(FP8 block scales of model.layers.0.self_attn.o_proj.weight)"));
+  }
+}
+
+TEST_CASE("a wrong dtype names the file and the tensor") {
+  temp_dir dir;
+  const std::string file = (dir.path / "model.safetensors").string();
+  {
+    tensors t;
+    t.set("model.layers.1.self_attn.q_b_proj.weight", dsa::dtype::bf16, {4 * 128, 256});
+    write_checkpoint(dir.path, t);
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, file + ": tensor 'model.layers.1.self_attn.q_b_proj.weight' dtype = BF16; expected F8_E4M3"));
+  }
+  {
+    tensors t;
+    t.set("model.layers.0.post_attention_layernorm.weight", dsa::dtype::i32, {256});
+    write_checkpoint(dir.path, t);
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, file + ": tensor 'model.layers.0.post_attention_layernorm.weight' dtype = I32; expected F32 or BF16"));
+  }
+  {
+    tensors t;
+    t.set("model.embed_tokens.weight", dsa::dtype::f32, {512, 256});
+    write_checkpoint(dir.path, t);
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, file + ": tensor 'model.embed_tokens.weight' dtype = F32; expected BF16"));
+  }
+}
+
+TEST_CASE("a truncated file names the file and the first tensor past the end") {
+  temp_dir dir;
+  tensors t;
+  write_checkpoint(dir.path, t);
+  const fs::path file = dir.path / "model.safetensors";
+  const std::string full = read_text(file);
+  std::uint64_t data_offset = 0, data_size = 0;
+  std::string victim;
+  {
+    const auto f = dsa::safetensors_file::open(file);
+    data_offset = f.data_offset();
+    data_size = f.file_size() - data_offset;
+    // Cut the data section in half: the header then describes tensors past the end. The reader
+    // checks entries in name order, so the first one (by name) that ends past the cut is named.
+    for (const dsa::tensor_info& ti : f.tensors()) {
+      if (ti.end > data_size / 2) {
+        victim = ti.name;
+        break;
+      }
+    }
+  }
+  REQUIRE(!victim.empty());
+  write_text(file, full.substr(0, static_cast<std::size_t>(data_offset + data_size / 2)));
+  const std::string e = load_error(dir.path);
+  CAPTURE(e);
+  CHECK(contains(e, "dsa::safetensors: " + file.string() + ": tensor '" + victim + "': data_offsets ["));
+  CHECK(contains(e, "the file is truncated or the header is wrong"));
+  // Cut inside the header.
+  write_text(file, full.substr(0, 100));
+  const std::string h = load_error(dir.path);
+  CAPTURE(h);
+  CHECK(contains(h, file.string() + ": header length = "));
+  CHECK(contains(h, "the file is truncated or not safetensors"));
+}
+
+TEST_CASE("a header lying about sizes names the file and the tensor") {
+  temp_dir dir;
+  tensors t;
+  write_checkpoint(dir.path, t);
+  const fs::path file = dir.path / "model.safetensors";
+  const std::string good = read_text(file);
+  SUBCASE("shape bigger than its bytes") {
+    edit_header(file, [](nlohmann::json& h) { h["model.norm.weight"]["shape"] = {300}; });
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, file.string() + ": tensor 'model.norm.weight': data_offsets ["));
+    CHECK(contains(e, "= 1024 bytes; expected 1200 bytes (F32 [300])"));
+  }
+  SUBCASE("data_offsets past the end") {
+    edit_header(file, [](nlohmann::json& h) {
+      auto& off = h["model.layers.0.mlp.down_proj.weight"]["data_offsets"];
+      const std::uint64_t size = off[1].get<std::uint64_t>() - off[0].get<std::uint64_t>();
+      off = {std::uint64_t{1} << 40, (std::uint64_t{1} << 40) + size};
+    });
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, file.string() + ": tensor 'model.layers.0.mlp.down_proj.weight': data_offsets [1099511627776, "));
+    CHECK(contains(e, "the file is truncated or the header is wrong"));
+  }
+  SUBCASE("two tensors claiming the same bytes") {
+    edit_header(file, [](nlohmann::json& h) {
+      h["model.layers.1.input_layernorm.weight"]["data_offsets"] = h["model.layers.0.input_layernorm.weight"]["data_offsets"];
+    });
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, file.string() + ": tensor 'model.layers."));
+    CHECK(contains(e, "overlap tensor 'model.layers."));
+  }
+  SUBCASE("the header length field") {
+    std::string bad = good;
+    bad[0] = static_cast<char>(0xFF);
+    bad[1] = static_cast<char>(0xFF);
+    bad[2] = static_cast<char>(0x7F);
+    write_text(file, bad);
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, file.string() + ": header length = "));
+  }
+}
+
+TEST_CASE("a config.json contradicting the tensors names the file and the tensor") {
+  temp_dir dir;
+  const std::string file = (dir.path / "model.safetensors").string();
+  struct edit_case {
+    const char* key;
+    int value;
+    const char* message;
+  };
+  for (const auto& [key, value, message] : std::vector<edit_case>{
+           {"hidden_size", 384,
+            "tensor 'model.embed_tokens.weight' shape = [512, 256]; expected [512, 384] (vocab_size, hidden_size)"},
+           {"n_routed_experts", 8,
+            "tensor 'model.layers.1.mlp.gate.weight' shape = [16, 256]; expected [8, 256] (n_routed_experts, hidden_size)"},
+           {"vocab_size", 1024, "tensor 'model.embed_tokens.weight' shape = [512, 256]; expected [1024, 256]"},
+           {"num_hidden_layers", 4, "tensor 'model.layers.3.input_layernorm.weight' presence = missing"},
+           {"q_lora_rank", 128, "tensor 'model.layers.0.self_attn.q_a_proj.weight' shape = [256, 256]; expected [128, 256]"},
+           {"moe_intermediate_size", 256,
+            "tensor 'model.layers.1.mlp.experts.0.gate_proj.weight' shape = [128, 256]; expected [256, 256]"},
+           {"index_n_heads", 4,
+            "tensor 'model.layers.0.self_attn.indexer.wq_b.weight' shape = [1024, 256]; expected [512, 256]"},
+       }) {
+    CAPTURE(key);
+    tensors t;
+    write_checkpoint(dir.path, t, [&, key = key, value = value](nlohmann::json& c) { c[key] = value; });
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, "dsa::model::weights: " + file + ": "));
+    CHECK(contains(e, message));
+  }
+}
+
+TEST_CASE("the MTP layer (index num_hidden_layers) is ignored") {
+  temp_dir dir;
+  tensors t;
+  // DeepSeek's checkpoints carry the multi-token-prediction module as layer num_hidden_layers:
+  // a full decoder layer plus enorm/hnorm/eh_proj/shared_head. Add one whose every value is NaN
+  // (0xFF bytes), so that reading any of it would poison the logits.
+  const std::vector<dsa::safetensors_entry> base = t.entries;
+  for (const auto& e : base) {
+    if (!e.name.starts_with("model.layers.2.")) continue;
+    t.set("model.layers.3." + e.name.substr(std::string("model.layers.2.").size()), e.type, e.shape, 0xFF);
+  }
+  t.set("model.layers.3.enorm.weight", dsa::dtype::bf16, {256}, 0xFF);
+  t.set("model.layers.3.hnorm.weight", dsa::dtype::bf16, {256}, 0xFF);
+  t.set("model.layers.3.eh_proj.weight", dsa::dtype::f8_e4m3, {256, 512}, 0xFF);
+  t.set("model.layers.3.eh_proj.weight_scale_inv", dsa::dtype::f32, {2, 4}, 0xFF);
+  t.set("model.layers.3.shared_head.norm.weight", dsa::dtype::bf16, {256}, 0xFF);
+  t.set("model.layers.3.shared_head.head.weight", dsa::dtype::bf16, {512, 256}, 0xFF);
+  write_checkpoint(dir.path, t, [](nlohmann::json& c) { c["num_nextn_predict_layers"] = 1; });
+  const auto w = dsa::model::weights::load(dir.path);
+  CHECK(w.layers.size() == 3);
+  CHECK(w.checkpoint().contains("model.layers.3.eh_proj.weight"));
+  const std::vector<float> got = logits_of(dir.path);
+  for (const float x : got) REQUIRE(std::isfinite(x));
+  CHECK(same_bits(got, logits_of(tiny_dir)));
+}
+
+TEST_CASE("a sharded checkpoint (index + 2 shards) gives the single file's logits bit for bit") {
+  temp_dir dir;
+  tensors t;
+  // Alternate tensors between the shards (sorted by name, so every layer spans both).
+  std::vector<dsa::safetensors_entry> shard[2];
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+  const char* names[2] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < t.entries.size(); ++i) {
+    shard[i % 2].push_back(t.entries[i]);
+    index["weight_map"][t.entries[i].name] = names[i % 2];
+    total += t.entries[i].data.size();
+  }
+  index["metadata"]["total_size"] = total;
+  fs::copy_file(tiny_dir / "config.json", dir.path / "config.json");
+  for (int s = 0; s < 2; ++s) dsa::write_safetensors(dir.path / names[s], shard[s]);
+  write_text(dir.path / "model.safetensors.index.json", index.dump(2));
+
+  const auto w = dsa::model::weights::load(dir.path);
+  CHECK(w.checkpoint().shards().size() == 2);
+  CHECK(w.checkpoint().size() == t.entries.size());
+  CHECK(same_bits(logits_of(dir.path), logits_of(tiny_dir)));
+
+  // An error in a shard names that shard.
+  const std::string victim = shard[1].front().name;
+  std::vector<dsa::safetensors_entry> bad = shard[1];
+  std::vector<std::byte> junk(bad.front().data.size() / 2);
+  bad.front().shape = {static_cast<index_t>(junk.size())};
+  bad.front().type = dsa::dtype::u8;
+  bad.front().data = junk;
+  dsa::write_safetensors(dir.path / names[1], bad);
+  const std::string e = load_error(dir.path);
+  CAPTURE(e);
+  CHECK(contains(e, (dir.path / names[1]).string() + ": tensor '" + victim + "'"));
+  // A shard missing from disk names the index and the shard.
+  fs::remove(dir.path / names[1]);
+  const std::string m = load_error(dir.path);
+  CAPTURE(m);
+  CHECK(contains(m, (dir.path / "model.safetensors.index.json").string()));
+  CHECK(contains(m, names[1]));
+}
