@@ -6,6 +6,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "dsa/core/aliasing.hpp"
 #include "dsa/core/backend.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
@@ -71,6 +72,11 @@ void act_quant(const B& be, tensor_view<XT, 2, typename B::memory_space> x, out_
   check_extent(op, "s", s, 0, x.extent(0), "x.extent(0)");
   check_extent(op, "s", s, 1, x.extent(1) / cfg.group_size, "x.extent(1) / cfg.group_size");
   if (x.empty()) return;
+  detail::check_disjoint_rows(op, "q", q);
+  detail::check_no_overlap(op, "q", q, "x", x, false);
+  detail::check_disjoint_rows(op, "s", s);
+  detail::check_no_overlap(op, "s", s, "x", x, false);
+  detail::check_no_overlap(op, "s", s, "q", q, false);
   dispatch<act_quant_op>(be, tensor_view<const T, 2, typename B::memory_space>(x), q, s, cfg);
 }
 
@@ -93,6 +99,9 @@ void act_dequant(const B& be, in_view<B, fp8_e4m3, 2> q, in_view<B, float, 2> s,
   check_extent(op, "y", y, 0, q.extent(0), "q.extent(0)");
   check_extent(op, "y", y, 1, q.extent(1), "q.extent(1)");
   if (q.empty()) return;
+  detail::check_disjoint_rows(op, "y", y);
+  detail::check_no_overlap(op, "y", y, "q", q, false);
+  detail::check_no_overlap(op, "y", y, "s", s, false);
   dispatch<act_dequant_op>(be, q, s, y, group_size);
 }
 
@@ -114,6 +123,11 @@ void weight_quant(const B& be, tensor_view<WT, 2, typename B::memory_space> w, o
   check_extent(op, "s", s, 0, fp8_quant_detail::ceil_div(w.extent(0), weight_quant_block), "ceil(w.extent(0) / 128)");
   check_extent(op, "s", s, 1, fp8_quant_detail::ceil_div(w.extent(1), weight_quant_block), "ceil(w.extent(1) / 128)");
   if (w.empty()) return;
+  detail::check_disjoint_rows(op, "q", q);
+  detail::check_no_overlap(op, "q", q, "w", w, false);
+  detail::check_disjoint_rows(op, "s", s);
+  detail::check_no_overlap(op, "s", s, "w", w, false);
+  detail::check_no_overlap(op, "s", s, "q", q, false);
   dispatch<weight_quant_op>(be, tensor_view<const T, 2, typename B::memory_space>(w), q, s);
 }
 
@@ -131,6 +145,9 @@ void weight_dequant(const B& be, in_view<B, fp8_e4m3, 2> q, in_view<B, float, 2>
   check_extent(op, "w", w, 0, q.extent(0), "q.extent(0)");
   check_extent(op, "w", w, 1, q.extent(1), "q.extent(1)");
   if (q.empty()) return;
+  detail::check_disjoint_rows(op, "w", w);
+  detail::check_no_overlap(op, "w", w, "q", q, false);
+  detail::check_no_overlap(op, "w", w, "s", s, false);
   dispatch<weight_dequant_op>(be, q, s, w);
 }
 

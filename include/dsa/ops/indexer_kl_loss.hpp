@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "dsa/core/aliasing.hpp"
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/dispatch.hpp"
@@ -65,6 +66,14 @@ void indexer_kl_loss_dense(const B& be, in_view<B, float, 3> attn, in_view<B, fl
   constexpr const char* op = "indexer_kl_loss_dense";
   detail::check_indexer_kl_common(op, attn, index_scores, loss, grad_index);
   detail::check_row_ranges(op, ranges, attn.extent(0), attn.extent(2));
+  detail::check_disjoint_rows(op, "grad_index", grad_index);
+  detail::check_no_overlap(op, "grad_index", grad_index, "attn", attn, false);
+  detail::check_no_overlap(op, "grad_index", grad_index, "index_scores", index_scores, false);
+  detail::check_no_overlap(op, "grad_index", grad_index, "ranges", ranges, false);
+  detail::check_no_overlap(op, "loss", loss, "attn", attn, false);
+  detail::check_no_overlap(op, "loss", loss, "index_scores", index_scores, false);
+  detail::check_no_overlap(op, "loss", loss, "ranges", ranges, false);
+  detail::check_no_overlap(op, "loss", loss, "grad_index", grad_index, false);
   dispatch<indexer_kl_loss_dense_op>(be, attn, index_scores, ranges, loss, grad_index);
 }
 
@@ -78,6 +87,14 @@ void indexer_kl_loss_sparse(const B& be, in_view<B, float, 3> attn, in_view<B, f
   check_valid(op, "topk", topk);
   check_inner_contiguous(op, "topk", topk);
   check_extent(op, "topk", topk, 0, attn.extent(0), "attn.extent(0), one selection per query row");
+  detail::check_disjoint_rows(op, "grad_index", grad_index);
+  detail::check_no_overlap(op, "grad_index", grad_index, "attn", attn, false);
+  detail::check_no_overlap(op, "grad_index", grad_index, "index_scores", index_scores, false);
+  detail::check_no_overlap(op, "grad_index", grad_index, "topk", topk, false);
+  detail::check_no_overlap(op, "loss", loss, "attn", attn, false);
+  detail::check_no_overlap(op, "loss", loss, "index_scores", index_scores, false);
+  detail::check_no_overlap(op, "loss", loss, "topk", topk, false);
+  detail::check_no_overlap(op, "loss", loss, "grad_index", grad_index, false);
   dispatch<indexer_kl_loss_sparse_op>(be, attn, index_scores, topk, loss, grad_index);
 }
 

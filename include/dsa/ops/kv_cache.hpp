@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "dsa/core/aliasing.hpp"
 #include "dsa/core/backend.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
@@ -92,6 +93,9 @@ void kv_cache_fp8_pack(const B& be, in_view<B, bf16, 2> kv, out_view<B, std::uin
   kv_cache_detail::check_row_matrix(op, "cache", cache, kv_fp8_row_bytes, "bytes per FP8 row");
   kv_cache_detail::check_slots(op, slots, kv.extent(0), cache.extent(0));
   if (kv.extent(0) == 0) return;
+  detail::check_disjoint_rows(op, "cache", cache);
+  detail::check_no_overlap(op, "cache", cache, "kv", kv, false);
+  detail::check_no_overlap(op, "cache", cache, "slots", slots, false);
   dispatch<kv_cache_fp8_pack_op>(be, kv, cache, slots);
 }
 
@@ -105,6 +109,8 @@ void kv_cache_fp8_unpack(const B& be, in_view<B, std::uint8_t, 2> cache, out_vie
   kv_cache_detail::check_row_matrix(op, "kv", kv, kv_dim, "512 latent + 64 RoPE values");
   check_extent(op, "kv", kv, 0, cache.extent(0), "cache.extent(0)");
   if (kv.extent(0) == 0) return;
+  detail::check_disjoint_rows(op, "kv", kv);
+  detail::check_no_overlap(op, "kv", kv, "cache", cache, false);
   dispatch<kv_cache_fp8_unpack_op>(be, cache, kv);
 }
 
@@ -121,6 +127,10 @@ void indexer_cache_pack(const B& be, in_view<B, fp8_e4m3, 2> k, in_view<B, float
   kv_cache_detail::check_row_matrix(op, "cache", cache, indexer_cache_row_bytes, "bytes per indexer row");
   kv_cache_detail::check_slots(op, slots, k.extent(0), cache.extent(0));
   if (k.extent(0) == 0) return;
+  detail::check_disjoint_rows(op, "cache", cache);
+  detail::check_no_overlap(op, "cache", cache, "k", k, false);
+  detail::check_no_overlap(op, "cache", cache, "k_scale", k_scale, false);
+  detail::check_no_overlap(op, "cache", cache, "slots", slots, false);
   dispatch<indexer_cache_pack_op>(be, k, k_scale, cache, slots);
 }
 
@@ -136,6 +146,11 @@ void indexer_cache_unpack(const B& be, in_view<B, std::uint8_t, 2> cache, out_vi
   check_extent(op, "k_scale", k_scale, 0, cache.extent(0), "cache.extent(0)");
   check_inner_contiguous(op, "k_scale", k_scale);
   if (cache.extent(0) == 0) return;
+  detail::check_disjoint_rows(op, "k", k);
+  detail::check_no_overlap(op, "k", k, "cache", cache, false);
+  detail::check_disjoint_rows(op, "k_scale", k_scale);
+  detail::check_no_overlap(op, "k_scale", k_scale, "cache", cache, false);
+  detail::check_no_overlap(op, "k_scale", k_scale, "k", k, false);
   dispatch<indexer_cache_unpack_op>(be, cache, k, k_scale);
 }
 

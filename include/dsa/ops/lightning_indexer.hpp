@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "dsa/core/aliasing.hpp"
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/dispatch.hpp"
@@ -73,6 +74,12 @@ void lightning_indexer_scores_checked(const B& be, in_view<B, T, 3> q, in_view<B
   check_indexer_scores(op, scores, q.extent(0));
   check_indexer_keys(op, k, k_scale, q.extent(2), scores.extent(1));
   check_row_ranges(op, ranges, q.extent(0), scores.extent(1));
+  detail::check_disjoint_rows(op, "scores", scores);
+  detail::check_no_overlap(op, "scores", scores, "q", q, false);
+  detail::check_no_overlap(op, "scores", scores, "w", w, false);
+  detail::check_no_overlap(op, "scores", scores, "k", k, false);
+  detail::check_no_overlap(op, "scores", scores, "k_scale", k_scale, false);
+  detail::check_no_overlap(op, "scores", scores, "ranges", ranges, false);
   dispatch<lightning_indexer_scores_op>(be, q, w, k, k_scale, ranges, scores);
 }
 
@@ -153,6 +160,12 @@ void lightning_indexer_scores_paged(const B& be, in_view<B, fp8_e4m3, 3> q, in_v
       }
     }
   }
+  detail::check_disjoint_rows(op, "scores", scores);
+  detail::check_no_overlap(op, "scores", scores, "q", q, false);
+  detail::check_no_overlap(op, "scores", scores, "w", w, false);
+  detail::check_no_overlap(op, "scores", scores, "cache", cache, false);
+  detail::check_no_overlap(op, "scores", scores, "block_table", block_table, false);
+  detail::check_no_overlap(op, "scores", scores, "ranges", ranges, false);
   dispatch<lightning_indexer_scores_paged_op>(be, q, w, cache, block_table, block_size, ranges, scores);
 }
 
@@ -192,6 +205,30 @@ void lightning_indexer_backward(const B& be, in_view<B, float, 3> q, in_view<B, 
     for (std::size_t r = 0; r < 2; ++r) check_extent(op, "grad_k", grad_k, r, k.extent(r), "the shape of k");
     check_inner_contiguous(op, "grad_k", grad_k);
   }
+  detail::check_disjoint_rows(op, "grad_q", grad_q);
+  detail::check_no_overlap(op, "grad_q", grad_q, "q", q, false);
+  detail::check_no_overlap(op, "grad_q", grad_q, "w", w, false);
+  detail::check_no_overlap(op, "grad_q", grad_q, "k", k, false);
+  detail::check_no_overlap(op, "grad_q", grad_q, "k_scale", k_scale, false);
+  detail::check_no_overlap(op, "grad_q", grad_q, "ranges", ranges, false);
+  detail::check_no_overlap(op, "grad_q", grad_q, "grad_scores", grad_scores, false);
+  detail::check_disjoint_rows(op, "grad_w", grad_w);
+  detail::check_no_overlap(op, "grad_w", grad_w, "q", q, false);
+  detail::check_no_overlap(op, "grad_w", grad_w, "w", w, false);
+  detail::check_no_overlap(op, "grad_w", grad_w, "k", k, false);
+  detail::check_no_overlap(op, "grad_w", grad_w, "k_scale", k_scale, false);
+  detail::check_no_overlap(op, "grad_w", grad_w, "ranges", ranges, false);
+  detail::check_no_overlap(op, "grad_w", grad_w, "grad_scores", grad_scores, false);
+  detail::check_no_overlap(op, "grad_w", grad_w, "grad_q", grad_q, false);
+  detail::check_disjoint_rows(op, "grad_k", grad_k);
+  detail::check_no_overlap(op, "grad_k", grad_k, "q", q, false);
+  detail::check_no_overlap(op, "grad_k", grad_k, "w", w, false);
+  detail::check_no_overlap(op, "grad_k", grad_k, "k", k, false);
+  detail::check_no_overlap(op, "grad_k", grad_k, "k_scale", k_scale, false);
+  detail::check_no_overlap(op, "grad_k", grad_k, "ranges", ranges, false);
+  detail::check_no_overlap(op, "grad_k", grad_k, "grad_scores", grad_scores, false);
+  detail::check_no_overlap(op, "grad_k", grad_k, "grad_q", grad_q, false);
+  detail::check_no_overlap(op, "grad_k", grad_k, "grad_w", grad_w, false);
   dispatch<lightning_indexer_backward_op>(be, q, w, k, k_scale, ranges, grad_scores, grad_q, grad_w, grad_k);
 }
 

@@ -13,6 +13,7 @@
 #include <limits>
 #include <string>
 
+#include "dsa/core/aliasing.hpp"
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/dispatch.hpp"
@@ -89,6 +90,13 @@ void moe_route(const B& be, in_view<B, float, 2> logits, in_view<B, float, 1> bi
   }
 
   if (tokens == 0) return;
+  detail::check_disjoint_rows(op, "expert_ids", expert_ids);
+  detail::check_no_overlap(op, "expert_ids", expert_ids, "logits", logits, false);
+  detail::check_no_overlap(op, "expert_ids", expert_ids, "bias", bias, false);
+  detail::check_disjoint_rows(op, "weights", weights);
+  detail::check_no_overlap(op, "weights", weights, "logits", logits, false);
+  detail::check_no_overlap(op, "weights", weights, "bias", bias, false);
+  detail::check_no_overlap(op, "weights", weights, "expert_ids", expert_ids, false);
   dispatch<moe_route_op>(be, logits, bias, expert_ids, weights, cfg);
 }
 

@@ -21,6 +21,7 @@
 #include <string>
 #include <type_traits>
 
+#include "dsa/core/aliasing.hpp"
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/dispatch.hpp"
@@ -103,6 +104,21 @@ void sparse_mla_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, bf16, 2
   check_valid(op, "kv", kv);
   check_inner_contiguous(op, "kv", kv);
   check_extent(op, "kv", kv, 1, q.extent(2), "q.extent(2), d_qk");
+  detail::check_disjoint_rows(op, "out", out);
+  detail::check_no_overlap(op, "out", out, "q", q, false);
+  detail::check_no_overlap(op, "out", out, "kv", kv, false);
+  detail::check_no_overlap(op, "out", out, "indices", indices, false);
+  detail::check_disjoint_rows(op, "lse", lse);
+  detail::check_no_overlap(op, "lse", lse, "q", q, false);
+  detail::check_no_overlap(op, "lse", lse, "kv", kv, false);
+  detail::check_no_overlap(op, "lse", lse, "indices", indices, false);
+  detail::check_no_overlap(op, "lse", lse, "out", out, false);
+  detail::check_disjoint_rows(op, "probs", probs);
+  detail::check_no_overlap(op, "probs", probs, "q", q, false);
+  detail::check_no_overlap(op, "probs", probs, "kv", kv, false);
+  detail::check_no_overlap(op, "probs", probs, "indices", indices, false);
+  detail::check_no_overlap(op, "probs", probs, "out", out, false);
+  detail::check_no_overlap(op, "probs", probs, "lse", lse, false);
   dispatch<sparse_mla_attention_op>(be, q, kv, indices, out, lse, cfg, probs);
 }
 
@@ -121,6 +137,21 @@ void sparse_mla_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, std::ui
   check_inner_contiguous(op, "kv_fp8", kv_fp8);
   check_extent(op, "kv_fp8", kv_fp8, 1, kv_fp8_row_bytes,
                "bytes per FP8 cache row: 512 e4m3 + 4 fp32 scales + 64 bf16");
+  detail::check_disjoint_rows(op, "out", out);
+  detail::check_no_overlap(op, "out", out, "q", q, false);
+  detail::check_no_overlap(op, "out", out, "kv_fp8", kv_fp8, false);
+  detail::check_no_overlap(op, "out", out, "indices", indices, false);
+  detail::check_disjoint_rows(op, "lse", lse);
+  detail::check_no_overlap(op, "lse", lse, "q", q, false);
+  detail::check_no_overlap(op, "lse", lse, "kv_fp8", kv_fp8, false);
+  detail::check_no_overlap(op, "lse", lse, "indices", indices, false);
+  detail::check_no_overlap(op, "lse", lse, "out", out, false);
+  detail::check_disjoint_rows(op, "probs", probs);
+  detail::check_no_overlap(op, "probs", probs, "q", q, false);
+  detail::check_no_overlap(op, "probs", probs, "kv_fp8", kv_fp8, false);
+  detail::check_no_overlap(op, "probs", probs, "indices", indices, false);
+  detail::check_no_overlap(op, "probs", probs, "out", out, false);
+  detail::check_no_overlap(op, "probs", probs, "lse", lse, false);
   dispatch<sparse_mla_attention_fp8_op>(be, q, kv_fp8, indices, out, lse, cfg, probs);
 }
 
