@@ -50,9 +50,10 @@ void BM_topk_indices(benchmark::State& state) {
   set_counters(state, m, n);
 }
 
-// The same selection, single-threaded, by std::nth_element on (score, index) with the op's tie
-// rule, then sorting the winners by index.
-void BM_topk_nth_element_baseline(benchmark::State& state) {
+// A single-threaded baseline: `select(idx, by_rank)` orders the row's indices so that the k best
+// (by the op's rule: larger score, then smaller index) come first; they are then sorted by index.
+template <class Select>
+void run_baseline(benchmark::State& state, Select select) {
   const index_t m = state.range(0), n = state.range(1);
   const auto scores = make_scores(m, n);
   std::vector<std::int32_t> idx(static_cast<std::size_t>(n));
@@ -61,9 +62,7 @@ void BM_topk_nth_element_baseline(benchmark::State& state) {
     for (index_t t = 0; t < m; ++t) {
       const float* row = scores.data() + t * n;
       std::iota(idx.begin(), idx.end(), 0);
-      std::nth_element(idx.begin(), idx.begin() + (kTopK - 1), idx.end(), [row](std::int32_t a, std::int32_t b) {
-        return row[a] > row[b] || (row[a] == row[b] && a < b);
-      });
+      select(idx, [row](std::int32_t a, std::int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
       std::sort(idx.begin(), idx.begin() + kTopK);
       std::copy_n(idx.begin(), kTopK, out.begin() + t * kTopK);
     }
@@ -73,26 +72,16 @@ void BM_topk_nth_element_baseline(benchmark::State& state) {
   set_counters(state, m, n);
 }
 
-// Full sort of every row (what "not a sort" avoids), single-threaded.
+// The same selection by std::nth_element.
+void BM_topk_nth_element_baseline(benchmark::State& state) {
+  run_baseline(state, [](std::vector<std::int32_t>& idx, auto by_rank) {
+    std::nth_element(idx.begin(), idx.begin() + (kTopK - 1), idx.end(), by_rank);
+  });
+}
+
+// Full sort of every row (what "not a sort" avoids).
 void BM_topk_full_sort_baseline(benchmark::State& state) {
-  const index_t m = state.range(0), n = state.range(1);
-  const auto scores = make_scores(m, n);
-  std::vector<std::int32_t> idx(static_cast<std::size_t>(n));
-  std::vector<std::int32_t> out(static_cast<std::size_t>(m * kTopK));
-  for (auto _ : state) {
-    for (index_t t = 0; t < m; ++t) {
-      const float* row = scores.data() + t * n;
-      std::iota(idx.begin(), idx.end(), 0);
-      std::sort(idx.begin(), idx.end(), [row](std::int32_t a, std::int32_t b) {
-        return row[a] > row[b] || (row[a] == row[b] && a < b);
-      });
-      std::sort(idx.begin(), idx.begin() + kTopK);
-      std::copy_n(idx.begin(), kTopK, out.begin() + t * kTopK);
-    }
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, m, n);
+  run_baseline(state, [](std::vector<std::int32_t>& idx, auto by_rank) { std::sort(idx.begin(), idx.end(), by_rank); });
 }
 
 #define DSA_TOPK_SHAPES ArgNames({"m", "n"})->ArgsProduct({{1, 64}, {8 * 1024, 32 * 1024, 128 * 1024}})
