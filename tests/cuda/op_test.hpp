@@ -51,9 +51,11 @@ std::vector<T> download(const dsa::device_buffer<T>& d, cudaStream_t s) {
 /// before any kernel could read it. Needs no GPU.
 template <class T, std::size_t R>
 dsa::device_view<T, R> fake_device_view(const dsa::index_t (&extents)[R]) {
-  // Never dereferenced; an aligned, non-null address.
-  alignas(64) static unsigned char storage[64];
-  return dsa::make_view<dsa::device_space>(reinterpret_cast<T*>(storage), extents);
+  // Never dereferenced: an aligned, non-null address, 4 GiB apart from every other fake view so
+  // the front-ends' aliasing checks see distinct buffers.
+  static std::uintptr_t next = std::uintptr_t{1} << 44;
+  next += std::uintptr_t{1} << 32;
+  return dsa::make_view<dsa::device_space>(reinterpret_cast<T*>(next), extents);
 }
 
 /// Byte-wise equality of two arrays of a trivially copyable type; reports up to five mismatches.

@@ -44,13 +44,16 @@ bool may_overlap(const A& a, const B& b) {
 /// True when both views address exactly the same elements in the same order (in-place use).
 template <class A, class B>
 bool same_elements(const A& a, const B& b) {
-  if (static_cast<const void*>(a.data_handle()) != static_cast<const void*>(b.data_handle())) return false;
-  if (sizeof(typename A::value_type) != sizeof(typename B::value_type)) return false;
-  for (std::size_t r = 0; r < A::rank(); ++r) {
-    if (a.extent(r) != b.extent(r)) return false;
-    if (a.extent(r) > 1 && a.stride(r) != b.stride(r)) return false;
+  if constexpr (sizeof(typename A::value_type) != sizeof(typename B::value_type)) {
+    return false;
+  } else {
+    if (static_cast<const void*>(a.data_handle()) != static_cast<const void*>(b.data_handle())) return false;
+    for (std::size_t r = 0; r < A::rank(); ++r) {
+      if (a.extent(r) != b.extent(r)) return false;
+      if (a.extent(r) > 1 && a.stride(r) != b.stride(r)) return false;
+    }
+    return true;
   }
-  return true;
 }
 
 /// Throws if output `out` overlaps input `in`; when `in_place_ok`, exact aliasing is allowed.
