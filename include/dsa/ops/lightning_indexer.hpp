@@ -138,28 +138,9 @@ void lightning_indexer_scores_paged(const B& be, in_view<B, fp8_e4m3, 3> q, in_v
              std::to_string(block_size));
   }
   detail::check_row_ranges(op, ranges, m, n);
-  if constexpr (detail::host_readable_v<typename B::memory_space>) {
-    const index_t slots = cache.extent(0);
-    for (index_t t = 0; t < m; ++t) {
-      const index_t start = ranges(t, 0);
-      const index_t end = ranges(t, 1);
-      if (start == end) continue;
-      for (index_t b = start / block_size; b <= (end - 1) / block_size; ++b) {
-        const index_t entry = block_table(t, b);
-        // The highest offset inside the block this row reads; the block is valid when even that
-        // slot lies in the cache.
-        const index_t last = std::min(end, (b + 1) * block_size) - 1 - b * block_size;
-        const index_t max_entry = slots - 1 - last < 0 ? -1 : (slots - 1 - last) / block_size;
-        if (entry < 0 || entry > max_entry) {
-          fail(op, "block_table" + detail::index_string(t, b), entry,
-               "a block index in [0, " + std::to_string(max_entry) + "] (row " + std::to_string(t) +
-                   " reads logical positions [" + std::to_string(std::max(start, b * block_size)) + ", " +
-                   std::to_string(b * block_size + last) + "] through it; cache.extent(0) = " +
-                   std::to_string(slots) + ", block_size = " + std::to_string(block_size) + ")");
-        }
-      }
-    }
-  }
+  detail::check_block_table(op, ranges, block_table, block_size, cache.extent(0), "reads",
+                            "cache.extent(0) = " + std::to_string(cache.extent(0)) +
+                                ", block_size = " + std::to_string(block_size));
   detail::check_disjoint_rows(op, "scores", scores);
   detail::check_no_overlap(op, "scores", scores, "q", q, false);
   detail::check_no_overlap(op, "scores", scores, "w", w, false);

@@ -2,6 +2,7 @@
 // ranges"): an int32 view [m, 2] of (start, end) with 0 <= start <= end <= n.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -48,6 +49,36 @@ void check_row_ranges(std::string_view op, const tensor_view<const std::int32_t,
       if (end < start || end > n) {
         fail(op, "ranges" + index_string(t, 1), end,
              "an end in [start, n] = [" + std::to_string(start) + ", " + std::to_string(n) + "]");
+      }
+    }
+  }
+}
+
+/// For host memory: every block-table entry a row's range [start, end) reads through must be a
+/// block index whose slots, up to the last offset the row uses in that block, stay below
+/// `slot_limit` (the cache rows, or what the output's int32 slots can address). `reads` and
+/// `limit` finish the message ("reads"/"covers"; which bound applies).
+template <class Space>
+void check_block_table(std::string_view op, const tensor_view<const std::int32_t, 2, Space>& ranges,
+                       const tensor_view<const std::int32_t, 2, Space>& block_table, index_t block_size,
+                       index_t slot_limit, std::string_view reads, const std::string& limit) {
+  if constexpr (host_readable_v<Space>) {
+    for (index_t t = 0; t < ranges.extent(0); ++t) {
+      const index_t start = ranges(t, 0);
+      const index_t end = ranges(t, 1);
+      if (start == end) continue;
+      for (index_t b = start / block_size; b <= (end - 1) / block_size; ++b) {
+        const index_t entry = block_table(t, b);
+        // The highest offset inside the block this row reads; the block is valid when even that
+        // slot is below the limit.
+        const index_t last = std::min(end, (b + 1) * block_size) - 1 - b * block_size;
+        const index_t max_entry = slot_limit - 1 - last < 0 ? -1 : (slot_limit - 1 - last) / block_size;
+        if (entry < 0 || entry > max_entry) {
+          fail(op, "block_table" + index_string(t, b), entry,
+               "a block index in [0, " + std::to_string(max_entry) + "] (row " + std::to_string(t) + " " +
+                   std::string(reads) + " logical positions [" + std::to_string(std::max(start, b * block_size)) +
+                   ", " + std::to_string(b * block_size + last) + "] through it; " + limit + ")");
+        }
       }
     }
   }

@@ -91,25 +91,9 @@ void topk_indices_paged(const B& be, in_view<B, float, 2> scores, in_view<B, std
          "<= block_table.extent(1) * block_size = " + std::to_string(max_blocks) + " * " +
              std::to_string(block_size));
   }
-  if constexpr (detail::host_readable_v<typename B::memory_space>) {
-    constexpr index_t int32_max = std::numeric_limits<std::int32_t>::max();
-    for (index_t t = 0; t < m; ++t) {
-      const index_t start = ranges(t, 0);
-      const index_t end = ranges(t, 1);
-      if (start == end) continue;
-      for (index_t b = start / block_size; b <= (end - 1) / block_size; ++b) {
-        const index_t entry = block_table(t, b);
-        const index_t last = std::min(end, (b + 1) * block_size) - 1 - b * block_size;
-        const index_t max_entry = (int32_max - last) / block_size;
-        if (entry < 0 || entry > max_entry) {
-          fail(op, "block_table" + detail::index_string(t, b), entry,
-               "a block index in [0, " + std::to_string(max_entry) + "] (row " + std::to_string(t) +
-                   " covers logical positions [" + std::to_string(std::max(start, b * block_size)) + ", " +
-                   std::to_string(b * block_size + last) + "] through it; slots must fit int32)");
-        }
-      }
-    }
-  }
+  // Slots are int32: the highest slot a block may reach is INT32_MAX.
+  detail::check_block_table(op, ranges, block_table, block_size,
+                            index_t{std::numeric_limits<std::int32_t>::max()} + 1, "covers", "slots must fit int32");
   dispatch<topk_indices_paged_op>(be, scores, ranges, k, block_table, block_size, slots);
 }
 
