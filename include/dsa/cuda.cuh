@@ -26,3 +26,4 @@
 #include "dsa/cuda/fp8_quant.cuh"
 #include "dsa/cuda/kv_cache.cuh"
 #include "dsa/cuda/topk.cuh"
+#include "dsa/cuda/lightning_indexer.cuh"

@@ -34,6 +34,30 @@ DSA_HOST_DEVICE DSA_FORCEINLINE float lightning_indexer_relu(float x) { return x
 /// Derivative of ReLU as used by the backward pass: 1 for x > 0, 0 at and below 0.
 DSA_HOST_DEVICE DSA_FORCEINLINE bool lightning_indexer_relu_active(float x) { return x > 0.0f; }
 
+/// One head's term of the head sum, fl(w · ReLU(dot)) (steps 2 and 3 of the normative order):
+/// the product is rounded on its own, so an implementation that adds it to the running sum
+/// cannot fuse the two.
+DSA_HOST_DEVICE DSA_FORCEINLINE float lightning_indexer_head_term(float w, float dot) {
+  return detail::mul_rn(w, lightning_indexer_relu(dot));
+}
+
+/// Physical cache slot of logical position p (>= 0) through one row of a block table with
+/// `max_blocks` entries, or -1 when it cannot be followed: the block index is past the row, the
+/// entry is negative, or the slot is not below `slots` (the cache rows). Overflow-free for any
+/// int32 entry. The paged kernels read device-resident tables, which the front-end cannot check,
+/// so every slot they read goes through this (the CPU's checked tables give the same slots:
+/// paged_cache_slot).
+DSA_HOST_DEVICE DSA_FORCEINLINE index_t lightning_indexer_paged_slot(const std::int32_t* table_row, index_t max_blocks,
+                                                                     index_t block_size, index_t p, index_t slots) {
+  const index_t b = p / block_size;
+  if (b >= max_blocks) return -1;
+  const index_t entry = table_row[b];
+  // entry * block_size <= slots - 1 keeps the product in range.
+  if (entry < 0 || slots <= 0 || entry > (slots - 1) / block_size) return -1;
+  const index_t slot = entry * block_size + p % block_size;
+  return slot < slots ? slot : -1;
+}
+
 /// q · k over d elements in the normative order (sequential, ascending i, fp32). Q and K are
 /// float or fp8_e4m3.
 template <class Q, class K>
@@ -50,7 +74,7 @@ DSA_HOST_DEVICE float lightning_indexer_score(const Q* q, index_t head_stride, c
                                               float k_scale, index_t heads, index_t d) {
   float acc = 0.0f;
   for (index_t h = 0; h < heads; ++h) {
-    acc += detail::mul_rn(w[h], lightning_indexer_relu(lightning_indexer_dot(q + h * head_stride, k, d)));
+    acc += lightning_indexer_head_term(w[h], lightning_indexer_dot(q + h * head_stride, k, d));
   }
   return acc * k_scale;
 }
