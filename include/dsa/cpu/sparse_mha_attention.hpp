@@ -66,7 +66,7 @@ struct op_impl<cpu_backend, sparse_mha_attention_op> {
             if (!sparse_mha_index_valid(idx[j], n)) continue;
             const float p = sparse_mha_prob(logit[static_cast<std::size_t>(j)], sum, cfg.rounding);
             const bf16* vr = &v(idx[j], hh, 0);
-            for (index_t c = 0; c < d_v; ++c) acc[static_cast<std::size_t>(c)] += p * vr[c].to_float();
+            for (index_t c = 0; c < d_v; ++c) acc[static_cast<std::size_t>(c)] += sparse_mha_pv(p, vr[c].to_float());
           }
           for (index_t c = 0; c < d_v; ++c) o[c] = bf16(acc[static_cast<std::size_t>(c)]);
           if (want_lse) lse(t, hh) = m + static_cast<float>(std::log(static_cast<double>(sum)));

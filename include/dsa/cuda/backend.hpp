@@ -6,10 +6,16 @@
 // stream reaches them. Views are device views (dsa::device_view), so handing host memory to this
 // backend is a compile error.
 //
-// Host-only, and plain C++ apart from <cuda_runtime_api.h>: g++ compiles it (the op
-// implementations that launch kernels are .cuh and need nvcc).
+// The dense matrix products (dsa::linear) run on cuBLAS and need a handle in `blas`
+// (dsa::cublas_handle, dsa/cuda/blas.hpp); every other op ignores it, so `cuda_backend{stream}`
+// stays valid for them. An op that uses the handle binds it to `stream` (cublasSetStream) before
+// each call; as cuBLAS requires, one handle must not be used by two host threads at once.
+//
+// Host-only, and plain C++ apart from <cuda_runtime_api.h> and <cublas_v2.h>: g++ compiles it
+// (the op implementations that launch kernels are .cuh and need nvcc).
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "dsa/core/backend.hpp"
@@ -18,11 +24,13 @@
 
 DSA_NAMESPACE_BEGIN
 
-/// The CUDA backend: a stream on the current device.
+/// The CUDA backend: a stream on the current device, and the cuBLAS handle of the ops that call
+/// cuBLAS (null: those ops throw dsa::error; the others never need one).
 struct cuda_backend {
   using memory_space = device_space;
   static constexpr const char* name = "cuda";
   cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
 };
 
 static_assert(backend<cuda_backend>);

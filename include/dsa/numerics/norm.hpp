@@ -48,6 +48,18 @@ DSA_HOST_DEVICE DSA_FORCEINLINE double combine_lanes(const double* s) {
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
+/// fl64(c * c) that is never fused with the following addition. LayerNorm's deviations are not
+/// fp32 values, so their squares are inexact in double and an FMA would round differently; nvcc
+/// contracts by default, hence the explicit __dmul_rn on the device. (The squares of fp32 values
+/// in the RMSNorm and mean sums are exact, so contraction cannot change those.)
+DSA_HOST_DEVICE DSA_FORCEINLINE double square_rn(double c) {
+#if DSA_DEVICE_COMPILE
+  return __dmul_rn(c, c);
+#else
+  return c * c;
+#endif
+}
+
 }  // namespace norm_detail
 
 /// sum x_k^2 of a row in double (the squares are exact).
@@ -97,12 +109,12 @@ DSA_HOST_DEVICE inline layer_norm_stats layer_norm_row_stats(const T* x, index_t
   for (; k + 8 <= d; k += 8) {
     for (index_t l = 0; l < 8; ++l) {
       const double c = static_cast<double>(to_float(x[k + l])) - mean;
-      v[l] += c * c;
+      v[l] += norm_detail::square_rn(c);
     }
   }
   for (; k < d; ++k) {
     const double c = static_cast<double>(to_float(x[k])) - mean;
-    v[k & 7] += c * c;
+    v[k & 7] += norm_detail::square_rn(c);
   }
   return layer_norm_finish(sum, norm_detail::combine_lanes(v), d, eps);
 }

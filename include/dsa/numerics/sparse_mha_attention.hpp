@@ -26,6 +26,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/numerics/fp32_ops.hpp"
 
 DSA_NAMESPACE_BEGIN
 
@@ -55,6 +56,21 @@ DSA_HOST_DEVICE inline float sparse_mha_logit(const bf16* q, const bf16* k_nope,
   if (mode == attention_rounding::bf16) return bf16(bf16(acc).to_float() * bf16(scale).to_float()).to_float();
   return acc * scale;
 }
+
+/// The row maximum of the CPU's loop (m = the first used logit, then m = std::max(m, logit_j)),
+/// from order-free parts: `max_ignoring_nan`, the fmax of the used logits (NaN ignored), and
+/// whether the first used logit is NaN. std::max keeps its left operand unless the right one is
+/// larger, so a NaN first logit stays the maximum (the row then outputs 0, as the CPU's), and a
+/// later NaN never displaces it. A parallel reduction gets the CPU's bits this way. (Among equal
+/// values of opposite zero sign the CPU keeps the first; the sign of a zero maximum cannot change
+/// any exp(logit - m) or m + ln(sum), so it is not tracked.)
+DSA_HOST_DEVICE DSA_FORCEINLINE float sparse_mha_row_max(float max_ignoring_nan, bool first_is_nan) {
+  return first_is_nan ? detail::bits_float(0x7FC00000u) : max_ignoring_nan;
+}
+
+/// One term of out = sum_j p_j v_j: fl32(p * v), never fused with the accumulation (in the fp32
+/// mode p is not a bf16 value, so an FMA would round differently on the two backends).
+DSA_HOST_DEVICE DSA_FORCEINLINE float sparse_mha_pv(float p, float v) { return detail::mul_rn(p, v); }
 
 /// fl32(exp(x)) through the double exp (host and device agree except at rare double-rounding ties).
 DSA_HOST_DEVICE DSA_FORCEINLINE float sparse_mha_exp(float x) {

@@ -1,0 +1,660 @@
+// The dense building blocks on the CUDA backend against the CPU backend: rms_norm, add_rms_norm,
+// layer_norm, rope_apply, swiglu, linear (cuBLAS and the SIMT kernel), fp8_linear and
+// sparse_mha_attention, over V3.2's shapes (7168 hidden, 1536 / 512 ranks, 128 heads, 576 / 512
+// latent, top-2048) and edge cases (strided and broadcast views, in place, ragged tiles, NaN and
+// inf, -1 and out-of-range indices, empty index rows). Tolerances, per op:
+//   bit-identical           norms, fp8_linear (the CPU's summation order / an exact block dot);
+//   bit-identical but for   rope, swiglu, sparse_mha_attention: device double cos/sin/exp/log
+//   rare transcendentals    differ from glibc's by an ulp, which changes the fp32 rounding with
+//                           probability ~2^-28 per value: at most one bf16 ulp (lse: 2 fp32 ulps)
+//                           on at most 1e-4 of the elements;
+//   error bound             linear: fp32 accumulation in cuBLAS's order, against a double
+//                           reference: |y - ref| <= (in + 2) 2^-23 sum|x w| + one output ulp.
+// NaN results compare as NaN (the hardware's NaN bit patterns differ between x86 and the GPU).
+// Needs a GPU for the parity cases; the front-end cases run (and pass) without one.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <type_traits>
+#include <vector>
+
+#include "cuda/cuda_test.hpp"
+#include "cuda/op_launchers_dense.hpp"
+#include "cuda/op_test.hpp"
+#include "dsa/cpu/activation.hpp"
+#include "dsa/cpu/linear.hpp"
+#include "dsa/cpu/norm.hpp"
+#include "dsa/cpu/rope.hpp"
+#include "dsa/cpu/sparse_mha_attention.hpp"
+#include "dsa/cuda/blas.hpp"
+#include "dsa/cuda/error.hpp"
+#include "dsa/ops/activation.hpp"
+#include "dsa/ops/linear.hpp"
+#include "dsa/ops/norm.hpp"
+#include "dsa/ops/rope.hpp"
+#include "dsa/ops/sparse_mha_attention.hpp"
+#include "support/random.hpp"
+
+namespace {
+
+using dsa::bf16;
+using dsa::fp8_e4m3;
+using dsa::index_t;
+namespace ops = dsa_test::cuda_ops;
+constexpr float nan_f = std::numeric_limits<float>::quiet_NaN();
+constexpr float inf_f = std::numeric_limits<float>::infinity();
+
+template <class T>
+bool is_nan(T v) {
+  const float f = dsa::to_float(v);
+  return f != f;
+}
+
+// Bits equal, or both NaN.
+template <class T>
+void check_same(const char* what, const std::vector<T>& dev, const std::vector<T>& host) {
+  REQUIRE(dev.size() == host.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    const bool same = std::memcmp(&dev[i], &host[i], sizeof(T)) == 0 || (is_nan(dev[i]) && is_nan(host[i]));
+    if (!same && ++bad <= 5) {
+      MESSAGE(what << ": element " << i << ": device " << dsa::to_float(dev[i]) << ", host " << dsa::to_float(host[i]));
+    }
+  }
+  INFO(what << ": " << bad << " of " << host.size() << " elements differ");
+  CHECK(bad == 0);
+}
+
+// Distance in units of the last place: the difference of the order-preserving integer images.
+std::int64_t ordered(float f) {
+  std::int32_t i = 0;
+  std::memcpy(&i, &f, 4);
+  return i < 0 ? -static_cast<std::int64_t>(i & 0x7FFFFFFF) : i;
+}
+std::int64_t ulps(bf16 a, bf16 b) { return std::llabs(ordered(a.to_float()) - ordered(b.to_float())) >> 16; }
+std::int64_t ulps(float a, float b) { return std::llabs(ordered(a) - ordered(b)); }
+
+// Equal (or both NaN) except at most `max_ulps` apart on at most `fraction` of the elements:
+// the parity of ops whose only non-shared arithmetic is a double transcendental.
+template <class T>
+void check_nearly_same(const char* what, const std::vector<T>& dev, const std::vector<T>& host, std::int64_t max_ulps,
+                       double fraction = 1e-4) {
+  REQUIRE(dev.size() == host.size());
+  std::size_t differ = 0, far = 0;
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    if (std::memcmp(&dev[i], &host[i], sizeof(T)) == 0 || (is_nan(dev[i]) && is_nan(host[i]))) continue;
+    ++differ;
+    if (is_nan(dev[i]) || is_nan(host[i]) || ulps(dev[i], host[i]) > max_ulps) {
+      if (++far <= 5) {
+        MESSAGE(what << ": element " << i << ": device " << dsa::to_float(dev[i]) << ", host "
+                     << dsa::to_float(host[i]));
+      }
+    }
+  }
+  INFO(what << ": " << differ << " of " << host.size() << " differ, " << far << " by more than " << max_ulps << " ulp");
+  CHECK(far == 0);
+  CHECK(static_cast<double>(differ) <= std::max(2.0, fraction * static_cast<double>(host.size())));
+}
+
+template <class T>
+std::vector<T> random_values(std::size_t n, std::uint64_t seed, float sigma = 1.0f) {
+  return dsa_test::convert<T>(dsa_test::normal(n, seed, sigma));
+}
+
+// ---- norms ---------------------------------------------------------------------------------------
+
+enum class norm_kind { rms, add_rms, layer };
+
+// x [t, d] with row stride `ld` (>= d), specials in a few rows; y separate or in place.
+template <class X>
+void check_norm(norm_kind kind, index_t t, index_t d, index_t ld, bool in_place, bool specials, std::uint64_t seed) {
+  CAPTURE(static_cast<int>(kind));
+  CAPTURE(t);
+  CAPTURE(d);
+  CAPTURE(ld);
+  CAPTURE(in_place);
+  auto xs = dsa_test::normal(static_cast<std::size_t>(t * ld), seed, 3.0f);
+  for (std::size_t i = 0; i < xs.size(); i += 7) xs[i] += 40.0f;  // a non-zero mean for layer_norm
+  if (specials && t >= 3) {
+    xs[static_cast<std::size_t>(ld)] = inf_f;
+    xs[static_cast<std::size_t>(2 * ld + d / 2)] = nan_f;
+    for (index_t k = 0; k < d; ++k) xs[static_cast<std::size_t>(k)] = 0.0f;  // an all-zero row
+  }
+  std::vector<X> x = dsa_test::convert<X>(xs);
+  std::vector<bf16> res = random_values<bf16>(static_cast<std::size_t>(t * ld), seed + 1, 2.0f);
+  const auto w = dsa_test::uniform(static_cast<std::size_t>(d), seed + 2, 0.5f, 1.5f);
+  const auto b = dsa_test::uniform(static_cast<std::size_t>(d), seed + 3, -0.5f, 0.5f);
+  const float eps = 1e-6f;
+
+  // CPU, on copies.
+  std::vector<X> hx = x;
+  std::vector<bf16> hres = res;
+  std::vector<bf16> hy(static_cast<std::size_t>(t * ld));
+  const dsa::host_view<X, 2> hxv(hx.data(), {t, d}, {ld, 1});
+  const dsa::host_view<bf16, 2> hresv(hres.data(), {t, d}, {ld, 1});
+  dsa::host_view<bf16, 2> hyv(hy.data(), {t, d}, {ld, 1});
+  if constexpr (std::is_same_v<X, bf16>) {
+    if (in_place) hyv = hxv;
+  }
+  const auto hw = dsa::make_view(w.data(), {d});
+  const auto hb = dsa::make_view(b.data(), {d});
+
+  dsa_test::test_stream stream;
+  auto dx = dsa_test::upload(x, stream.get());
+  auto dres = dsa_test::upload(res, stream.get());
+  auto dw = dsa_test::upload(w, stream.get());
+  auto db = dsa_test::upload(b, stream.get());
+  dsa::device_buffer<bf16> dy(t * ld, stream.get());
+  const dsa::device_view<X, 2> dxv(dx.data(), {t, d}, {ld, 1});
+  const dsa::device_view<bf16, 2> dresv(dres.data(), {t, d}, {ld, 1});
+  dsa::device_view<bf16, 2> dyv(dy.data(), {t, d}, {ld, 1});
+  if constexpr (std::is_same_v<X, bf16>) {
+    if (in_place) dyv = dxv;
+  }
+  const auto be = stream.backend();
+  if (kind == norm_kind::rms) {
+    dsa::rms_norm(dsa::cpu, hxv, hw, hyv, eps);
+    ops::rms_norm(be, dxv, dw.view({d}), dyv, eps);
+  } else if (kind == norm_kind::layer) {
+    dsa::layer_norm(dsa::cpu, hxv, hw, hb, hyv, eps);
+    ops::layer_norm(be, dxv, dw.view({d}), db.view({d}), dyv, eps);
+  } else if constexpr (std::is_same_v<X, bf16>) {
+    dsa::add_rms_norm(dsa::cpu, hxv, hresv, hw, hyv, eps);
+    ops::add_rms_norm(be, dxv, dresv, dw.view({d}), dyv, eps);
+  }
+  if (in_place && std::is_same_v<X, bf16>) {
+    check_same("y (in place)", dsa_test::download(dx, stream.get()), hx);
+  } else {
+    check_same("y", dsa_test::download(dy, stream.get()), hy);
+    check_same("x (unchanged)", dsa_test::download(dx, stream.get()), x);
+  }
+  if (kind == norm_kind::add_rms) check_same("residual", dsa_test::download(dres, stream.get()), hres);
+}
+
+// ---- rope ----------------------------------------------------------------------------------------
+
+dsa::rope_config v32_rope() {
+  dsa::rope_config c;
+  c.dim = 64;
+  c.base = 10000.0f;
+  c.factor = 40.0f;
+  c.original_max_position = 4096;
+  c.max_position = 163840;
+  c.beta_fast = 32.0f;
+  c.beta_slow = 1.0f;
+  return c;
+}
+
+// x [t, heads, dim] as the slice at `offset` of rows of `width` per head.
+void check_rope(index_t t, index_t heads, index_t width, index_t offset, const dsa::rope_config& cfg,
+                dsa::rope_layout layout, std::uint64_t seed) {
+  CAPTURE(t);
+  CAPTURE(heads);
+  CAPTURE(cfg.dim);
+  CAPTURE(static_cast<int>(layout));
+  const std::size_t n = static_cast<std::size_t>(t * heads * width);
+  std::vector<bf16> x = random_values<bf16>(n, seed, 2.0f);
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(t));
+  std::mt19937_64 rng(seed);
+  const std::int32_t special[] = {0, 1, -1, -4097, 4095, 4096, 163839, 1 << 24, std::numeric_limits<std::int32_t>::max()};
+  for (index_t i = 0; i < t; ++i) {
+    pos[static_cast<std::size_t>(i)] = i < static_cast<index_t>(std::size(special))
+                                           ? special[i]
+                                           : static_cast<std::int32_t>(rng() % 200000);
+  }
+  std::vector<bf16> hx = x;
+  const dsa::host_view<bf16, 3> hv(hx.data() + offset, {t, heads, cfg.dim}, {heads * width, width, 1});
+  dsa::rope_apply(dsa::cpu, hv, dsa::make_view(static_cast<const std::int32_t*>(pos.data()), {t}), cfg, layout);
+  dsa_test::test_stream stream;
+  auto dx = dsa_test::upload(x, stream.get());
+  auto dp = dsa_test::upload(pos, stream.get());
+  const dsa::device_view<bf16, 3> dv(dx.data() + offset, {t, heads, cfg.dim}, {heads * width, width, 1});
+  ops::rope_apply(stream.backend(), dv, dp.view({t}), cfg, layout);
+  check_nearly_same("x", dsa_test::download(dx, stream.get()), hx, 1);
+}
+
+// ---- linear --------------------------------------------------------------------------------------
+
+// y = x . w^T with leading dimensions ldx >= in (0: broadcast one row), ldw, ldy, against a double
+// reference and the error bound of the header; and bit-identical on a second run.
+template <class X, class W, class O>
+void check_linear(const dsa::cublas_handle& blas, index_t t, index_t in, index_t out, index_t ldx, index_t ldw,
+                  index_t ldy, std::uint64_t seed) {
+  CAPTURE(t);
+  CAPTURE(in);
+  CAPTURE(out);
+  CAPTURE(ldx);
+  CAPTURE(ldw);
+  CAPTURE(ldy);
+  const bool x_bf16 = std::is_same_v<X, bf16>;
+  CAPTURE(x_bf16);
+  const bool w_bf16 = std::is_same_v<W, bf16>;
+  CAPTURE(w_bf16);
+  const bool o_bf16 = std::is_same_v<O, bf16>;
+  CAPTURE(o_bf16);
+  const index_t xrows = ldx == 0 ? 1 : t;
+  const index_t xld = ldx == 0 ? in : ldx;
+  const std::vector<X> x = random_values<X>(static_cast<std::size_t>(std::max<index_t>(xrows * xld, 1)), seed);
+  const std::vector<W> w = random_values<W>(static_cast<std::size_t>(std::max<index_t>(out * ldw, 1)), seed + 1, 0.05f);
+  dsa_test::test_stream stream;
+  const dsa::cuda_backend be{stream.get(), blas.get()};
+  auto dx = dsa_test::upload(x, stream.get());
+  auto dw = dsa_test::upload(w, stream.get());
+  dsa::device_buffer<O> dy(std::max<index_t>(t * ldy, 1), stream.get());
+  const dsa::device_view<const X, 2> dxv(dx.data(), {t, in}, {ldx, 1});
+  const dsa::device_view<const W, 2> dwv(dw.data(), {out, in}, {ldw, 1});
+  const dsa::device_view<O, 2> dyv(dy.data(), {t, out}, {ldy, 1});
+  ops::linear(be, dxv, dwv, dyv);
+  const auto y = dsa_test::download(dy, stream.get());
+  ops::linear(be, dxv, dwv, dyv);
+  check_same("y (second run)", dsa_test::download(dy, stream.get()), y);
+  std::size_t bad = 0;
+  for (index_t i = 0; i < t; ++i) {
+    for (index_t j = 0; j < out; ++j) {
+      double ref = 0.0, mag = 0.0;
+      for (index_t k = 0; k < in; ++k) {
+        const double p = static_cast<double>(dsa::to_float(x[static_cast<std::size_t>(i * ldx + k)])) *
+                         static_cast<double>(dsa::to_float(w[static_cast<std::size_t>(j * ldw + k)]));
+        ref += p;
+        mag += std::fabs(p);
+      }
+      const double got = dsa::to_float(y[static_cast<std::size_t>(i * ldy + j)]);
+      const double out_ulp = std::is_same_v<O, bf16> ? 0x1p-8 : 0x1p-23;
+      const double bound = static_cast<double>(in + 2) * 0x1p-23 * mag + out_ulp * std::fabs(ref) + 1e-30;
+      if (!(std::fabs(got - ref) <= bound) && ++bad <= 5) {
+        MESSAGE("y(" << i << ", " << j << ") = " << got << ", reference " << ref << ", bound " << bound);
+      }
+    }
+  }
+  CHECK(bad == 0);
+}
+
+// ---- fp8_linear ----------------------------------------------------------------------------------
+
+template <class X, class O>
+void check_fp8_linear(index_t t, index_t in, index_t out, index_t ldx, index_t ldw, dsa::scale_format fmt,
+                      bool specials, std::uint64_t seed) {
+  CAPTURE(t);
+  CAPTURE(in);
+  CAPTURE(out);
+  CAPTURE(ldx);
+  CAPTURE(ldw);
+  CAPTURE(static_cast<int>(fmt));
+  const bool x_bf16 = std::is_same_v<X, bf16>;
+  CAPTURE(x_bf16);
+  const bool o_bf16 = std::is_same_v<O, bf16>;
+  CAPTURE(o_bf16);
+  auto xs = dsa_test::normal(static_cast<std::size_t>(t * ldx), seed, 2.0f);
+  std::mt19937_64 rng(seed);
+  // Groups of very different magnitudes exercise the scales.
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = std::ldexp(xs[i], static_cast<int>((i / 128) % 7) - 3);
+  std::vector<fp8_e4m3> w(static_cast<std::size_t>(out * ldw));
+  for (auto& c : w) {
+    std::uint8_t b = static_cast<std::uint8_t>(rng());
+    if ((b & 0x7F) == 0x7F) b = 0x3C;  // NaN codes only where a case puts them
+    c = fp8_e4m3::from_bits(b);
+  }
+  const index_t nbo = (out + 127) / 128, nbk = in / 128;
+  std::vector<float> ws(static_cast<std::size_t>(nbo * nbk));
+  for (auto& s : ws) s = std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 1000.0f, static_cast<int>(rng() % 9) - 12);
+  if (specials) {
+    xs[5] = nan_f;                                          // a NaN group in row 0
+    if (t > 1) xs[static_cast<std::size_t>(ldx + 3)] = inf_f;  // an inf group in row 1
+    w[static_cast<std::size_t>(ldw * (out - 1) + 7)] = fp8_e4m3::from_bits(0x7F);  // a NaN weight
+    if (t > 2) {
+      for (index_t k = 0; k < in; ++k) xs[static_cast<std::size_t>(2 * ldx + k)] = 0.0f;  // an all-zero row
+    }
+  }
+  const std::vector<X> x = dsa_test::convert<X>(xs);
+  std::vector<O> hy(static_cast<std::size_t>(t * out));
+  dsa::fp8_linear(dsa::cpu, dsa::host_view<const X, 2>(x.data(), {t, in}, {ldx, 1}),
+                  dsa::host_view<const fp8_e4m3, 2>(w.data(), {out, in}, {ldw, 1}),
+                  dsa::make_view(static_cast<const float*>(ws.data()), {nbo, nbk}), dsa::make_view(hy.data(), {t, out}),
+                  fmt);
+  dsa_test::test_stream stream;
+  auto dx = dsa_test::upload(x, stream.get());
+  auto dw = dsa_test::upload(w, stream.get());
+  auto dws = dsa_test::upload(ws, stream.get());
+  dsa::device_buffer<O> dy(t * out, stream.get());
+  ops::fp8_linear(stream.backend(), dsa::device_view<const X, 2>(dx.data(), {t, in}, {ldx, 1}),
+                  dsa::device_view<const fp8_e4m3, 2>(dw.data(), {out, in}, {ldw, 1}), dws.view({nbo, nbk}),
+                  dy.view({t, out}), fmt);
+  check_same("y", dsa_test::download(dy, stream.get()), hy);
+}
+
+// ---- sparse_mha_attention ------------------------------------------------------------------------
+
+struct mha_case {
+  index_t s, h, n, k, d_nope, d_rope, d_v;
+  bool mqa;  // k_nope and v broadcast over heads (stride 0), v = the latent itself
+  dsa::attention_rounding rounding;
+  bool want_lse = true;
+};
+
+void check_sparse_mha(const mha_case& c, std::uint64_t seed) {
+  CAPTURE(c.s);
+  CAPTURE(c.h);
+  CAPTURE(c.n);
+  CAPTURE(c.k);
+  CAPTURE(c.d_nope);
+  CAPTURE(c.d_rope);
+  CAPTURE(c.d_v);
+  CAPTURE(c.mqa);
+  CAPTURE(static_cast<int>(c.rounding));
+  const index_t dqk = c.d_nope + c.d_rope;
+  const index_t kh = c.mqa ? 1 : c.h;
+  std::vector<bf16> q = random_values<bf16>(static_cast<std::size_t>(c.s * c.h * dqk), seed, 1.0f);
+  // Per-head keys and values interleaved as the wkv_b output [n, h, d_nope + d_v] (MHA), or one
+  // latent row [n, d_nope] that is both key and value (MQA).
+  const index_t kv_width = c.mqa ? c.d_nope : c.d_nope + c.d_v;
+  std::vector<bf16> kv = random_values<bf16>(static_cast<std::size_t>(std::max<index_t>(c.n * kh * kv_width, 1)),
+                                             seed + 1, 1.0f);
+  std::vector<bf16> kr = random_values<bf16>(static_cast<std::size_t>(std::max<index_t>(c.n * c.d_rope, 1)), seed + 2);
+  std::vector<std::int32_t> idx(static_cast<std::size_t>(c.s * c.k));
+  std::mt19937_64 rng(seed + 3);
+  for (index_t t = 0; t < c.s; ++t) {
+    for (index_t j = 0; j < c.k; ++j) {
+      std::int32_t r = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(std::max<index_t>(c.n, 1)));
+      const auto u = rng() % 16;
+      if (u == 0) r = -1;
+      if (u == 1) r = static_cast<std::int32_t>(c.n);                   // one past the end
+      if (u == 2) r = std::numeric_limits<std::int32_t>::min();
+      if (u == 3) r = std::numeric_limits<std::int32_t>::max();
+      idx[static_cast<std::size_t>(t * c.k + j)] = r;
+    }
+  }
+  if (c.s >= 2) {  // token 1: no used entry at all
+    for (index_t j = 0; j < c.k; ++j) idx[static_cast<std::size_t>(c.k + j)] = -1;
+  }
+  if (c.s >= 3 && c.k >= 2) {  // token 2: a NaN query head 0 and an inf query in head 1
+    q[static_cast<std::size_t>(2 * c.h * dqk)] = bf16(nan_f);
+    if (c.h >= 2) q[static_cast<std::size_t>(2 * c.h * dqk + dqk)] = bf16(inf_f);
+  }
+  const dsa::sparse_mha_config cfg{0.1660156f, c.rounding};
+  const index_t kh_stride = c.mqa ? 0 : kv_width;
+  auto host_views = [&](const bf16* kvp, const bf16* krp) {
+    return std::make_tuple(
+        dsa::host_view<const bf16, 3>(kvp, {c.n, c.h, c.d_nope}, {kh * kv_width, kh_stride, 1}),
+        dsa::host_view<const bf16, 2>(krp, {c.n, c.d_rope}, {c.d_rope, 1}),
+        dsa::host_view<const bf16, 3>(kvp + (c.mqa ? 0 : c.d_nope), {c.n, c.h, c.d_v}, {kh * kv_width, kh_stride, 1}));
+  };
+  const auto [hkn, hkr, hv] = host_views(kv.data(), kr.data());
+  std::vector<bf16> hout(static_cast<std::size_t>(c.s * c.h * c.d_v));
+  std::vector<float> hlse(static_cast<std::size_t>(c.s * c.h));
+  dsa::sparse_mha_attention(dsa::cpu, dsa::make_view(static_cast<const bf16*>(q.data()), {c.s, c.h, dqk}), hkn, hkr, hv,
+                            dsa::make_view(static_cast<const std::int32_t*>(idx.data()), {c.s, c.k}),
+                            dsa::make_view(hout.data(), {c.s, c.h, c.d_v}), cfg,
+                            c.want_lse ? dsa::make_view(hlse.data(), {c.s, c.h}) : dsa::host_view<float, 2>{});
+  dsa_test::test_stream stream;
+  auto dq = dsa_test::upload(q, stream.get());
+  auto dkv = dsa_test::upload(kv, stream.get());
+  auto dkr = dsa_test::upload(kr, stream.get());
+  auto didx = dsa_test::upload(idx, stream.get());
+  dsa::device_buffer<bf16> dout(c.s * c.h * c.d_v, stream.get());
+  dsa::device_buffer<float> dlse(c.s * c.h, stream.get());
+  const bf16* kvp = dkv.data();
+  ops::sparse_mha_attention(
+      stream.backend(), dq.view({c.s, c.h, dqk}),
+      dsa::device_view<const bf16, 3>(kvp, {c.n, c.h, c.d_nope}, {kh * kv_width, kh_stride, 1}),
+      dsa::device_view<const bf16, 2>(dkr.data(), {c.n, c.d_rope}, {c.d_rope, 1}),
+      dsa::device_view<const bf16, 3>(kvp + (c.mqa ? 0 : c.d_nope), {c.n, c.h, c.d_v}, {kh * kv_width, kh_stride, 1}),
+      didx.view({c.s, c.k}), dout.view({c.s, c.h, c.d_v}), cfg,
+      c.want_lse ? dlse.view({c.s, c.h}) : dsa::device_view<float, 2>{});
+  check_nearly_same("out", dsa_test::download(dout, stream.get()), hout, 1);
+  if (c.want_lse) check_nearly_same("lse", dsa_test::download(dlse, stream.get()), hlse, 2, 1e-3);
+}
+
+}  // namespace
+
+// ---- front-end and error reporting: no GPU needed -----------------------------------------------
+
+TEST_CASE("cuda dense ops: front-end checks with device views (no GPU needed)") {
+  const dsa::cuda_backend be{};
+  auto x = dsa_test::fake_device_view<bf16, 2>({4, 7168});
+  auto w = dsa_test::fake_device_view<float, 1>({7000});
+  auto y = dsa_test::fake_device_view<bf16, 2>({4, 7168});
+  CHECK_THROWS_WITH_AS(ops::rms_norm(be, x, w, y, 1e-6f),
+                       doctest::Contains("dsa::rms_norm: weight.extent(0) = 7000; expected 7168"), dsa::error);
+  auto w2 = dsa_test::fake_device_view<float, 1>({7168});
+  CHECK_THROWS_WITH_AS(ops::layer_norm(be, x, w2, w2, y, 0.0f),
+                       doctest::Contains("dsa::layer_norm: eps = 0; expected a positive finite number"), dsa::error);
+  auto res = dsa_test::fake_device_view<bf16, 2>({3, 7168});
+  CHECK_THROWS_WITH_AS(ops::add_rms_norm(be, x, res, w2, y, 1e-6f),
+                       doctest::Contains("dsa::add_rms_norm: residual.extent(0) = 3; expected 4"), dsa::error);
+
+  auto r = dsa_test::fake_device_view<bf16, 3>({4, 128, 64});
+  auto pos = dsa_test::fake_device_view<std::int32_t, 1>({4});
+  dsa::rope_config cfg;
+  cfg.dim = 63;
+  CHECK_THROWS_WITH_AS(ops::rope_apply(be, r, pos, cfg, dsa::rope_layout::interleaved),
+                       doctest::Contains("dsa::rope_apply: cfg.dim = 63; expected a positive even number"), dsa::error);
+
+  auto g = dsa_test::fake_device_view<bf16, 2>({4, 2048});
+  auto u = dsa_test::fake_device_view<bf16, 2>({4, 2047});
+  CHECK_THROWS_WITH_AS(ops::swiglu(be, g, u, g), doctest::Contains("dsa::swiglu: up.extent(1) = 2047; expected 2048"),
+                       dsa::error);
+
+  auto fx = dsa_test::fake_device_view<bf16, 2>({4, 100});
+  auto fw = dsa_test::fake_device_view<fp8_e4m3, 2>({256, 100});
+  auto fs = dsa_test::fake_device_view<float, 2>({2, 1});
+  auto fy = dsa_test::fake_device_view<bf16, 2>({4, 256});
+  CHECK_THROWS_WITH_AS(ops::fp8_linear(be, fx, fw, fs, fy, dsa::scale_format::ue8m0),
+                       doctest::Contains("dsa::fp8_linear: x.extent(1) = 100; expected a multiple of 128"), dsa::error);
+
+  auto q = dsa_test::fake_device_view<bf16, 3>({2, 128, 192});
+  auto kn = dsa_test::fake_device_view<bf16, 3>({100, 128, 128});
+  auto kr = dsa_test::fake_device_view<bf16, 2>({100, 64});
+  auto v = dsa_test::fake_device_view<bf16, 3>({100, 128, 128});
+  auto idx = dsa_test::fake_device_view<std::int32_t, 2>({2, 2048});
+  auto o = dsa_test::fake_device_view<bf16, 3>({2, 128, 128});
+  CHECK_THROWS_WITH_AS(ops::sparse_mha_attention(be, q, kn, kr, v, idx, o, {0.0f, dsa::attention_rounding::bf16}, {}),
+                       doctest::Contains("dsa::sparse_mha_attention: cfg.softmax_scale = 0; expected a finite value > 0"),
+                       dsa::error);
+  auto v_bad = dsa_test::fake_device_view<bf16, 3>({100, 128, 512});
+  CHECK_THROWS_WITH_AS(ops::sparse_mha_attention(be, q, kn, kr, v_bad, idx, o, {0.1f, dsa::attention_rounding::bf16}, {}),
+                       doctest::Contains("dsa::sparse_mha_attention: out.extent(2) = 128; expected 512"), dsa::error);
+}
+
+TEST_CASE("cuda linear: a backend without a cuBLAS handle throws before any CUDA call (no GPU needed)") {
+  const dsa::cuda_backend be{};  // blas = nullptr
+  CHECK(be.blas == nullptr);
+  auto x = dsa_test::fake_device_view<bf16, 2>({4, 7168});
+  auto w = dsa_test::fake_device_view<bf16, 2>({1536, 7168});
+  auto y = dsa_test::fake_device_view<bf16, 2>({4, 1536});
+  CHECK_THROWS_WITH_AS(ops::linear(be, x, w, y),
+                       "dsa::linear: backend.blas = null; expected a cuBLAS handle (dsa::cublas_handle) for the CUDA "
+                       "backend",
+                       dsa::error);
+  // Every type combination checks it, the SIMT ones included.
+  auto xf = dsa_test::fake_device_view<float, 2>({4, 7168});
+  auto yf = dsa_test::fake_device_view<float, 2>({4, 1536});
+  CHECK_THROWS_AS(ops::linear(be, xf, w, yf), dsa::error);
+  // Shape errors come first, from the front-end.
+  auto y_bad = dsa_test::fake_device_view<bf16, 2>({4, 1535});
+  CHECK_THROWS_WITH_AS(ops::linear(be, x, w, y_bad),
+                       doctest::Contains("dsa::linear: y.extent(1) = 1535; expected 1536"), dsa::error);
+  // An empty product returns before dispatch: no handle needed.
+  auto x0 = dsa_test::fake_device_view<bf16, 2>({0, 7168});
+  auto y0 = dsa_test::fake_device_view<bf16, 2>({0, 1536});
+  CHECK_NOTHROW(ops::linear(be, x0, w, y0));
+}
+
+TEST_CASE("cuda DSA_CUBLAS_CHECK: message, status and single evaluation (no GPU needed)") {
+  int calls = 0;
+  auto failing = [&] {
+    ++calls;
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  };
+  try {
+    DSA_CUBLAS_CHECK(failing());
+    FAIL("DSA_CUBLAS_CHECK did not throw");
+  } catch (const dsa::cublas_error& e) {
+    CHECK(e.status() == CUBLAS_STATUS_NOT_SUPPORTED);
+    const std::string m = e.what();
+    CHECK(m.rfind("dsa::cuda: failing() = CUBLAS_STATUS_NOT_SUPPORTED; expected CUBLAS_STATUS_SUCCESS (at ", 0) == 0);
+    CHECK(m.find("test_ops_dense.cpp:") != std::string::npos);
+  }
+  CHECK(calls == 1);
+  CHECK_NOTHROW(DSA_CUBLAS_CHECK(CUBLAS_STATUS_SUCCESS));
+  const dsa::error& base = dsa::cublas_error(CUBLAS_STATUS_ALLOC_FAILED, "x");
+  CHECK(std::string(base.what()) == "x");
+  CHECK(std::string(dsa::detail::cublas_status_name(CUBLAS_STATUS_EXECUTION_FAILED)) == "CUBLAS_STATUS_EXECUTION_FAILED");
+}
+
+// ---- parity on the device -------------------------------------------------------------------------
+
+TEST_CASE("cuda cublas_handle: create, move, destroy") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  dsa::cublas_handle a;
+  CHECK(a.get() != nullptr);
+  const cublasHandle_t raw = a.get();
+  dsa::cublas_handle b(std::move(a));
+  CHECK(a.get() == nullptr);  // NOLINT(bugprone-use-after-move): the documented moved-from state
+  CHECK(b.get() == raw);
+  dsa::cublas_handle c;
+  c = std::move(b);
+  CHECK(c.get() == raw);
+}
+
+TEST_CASE("cuda rms_norm / add_rms_norm / layer_norm: bit-identical to the CPU") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  std::uint64_t seed = 100;
+  struct shape {
+    index_t t, d, ld;
+  };
+  const shape shapes[] = {{1, 7168, 7168}, {33, 7168, 7168}, {5, 1536, 1600}, {7, 512, 512},  {3, 1, 1},
+                          {9, 13, 20},     {4, 100, 100},    {300, 64, 64},   {2, 128, 4096}};
+  for (const auto& s : shapes) {
+    for (const norm_kind kind : {norm_kind::rms, norm_kind::add_rms, norm_kind::layer}) {
+      for (const bool in_place : {false, true}) {
+        check_norm<bf16>(kind, s.t, s.d, s.ld, in_place, s.t >= 3, ++seed);
+      }
+      if (kind != norm_kind::add_rms) check_norm<float>(kind, s.t, s.d, s.ld, false, s.t >= 3, ++seed);
+    }
+  }
+}
+
+TEST_CASE("cuda rope_apply: the CPU's bits but for rare transcendental roundings") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  const dsa::rope_config yarn = v32_rope();
+  dsa::rope_config plain;  // no YaRN
+  plain.dim = 64;
+  // V3.2 MLA q_pe: the rope slice (offset 128) of [t, 128, 192], interleaved; k_pe [t, 1, 64].
+  check_rope(17, 128, 192, 128, yarn, dsa::rope_layout::interleaved, 1);
+  check_rope(40, 1, 64, 0, yarn, dsa::rope_layout::interleaved, 2);
+  // V3.2 indexer: rope first in [t, 64, 128], the half layout.
+  check_rope(23, 64, 128, 0, yarn, dsa::rope_layout::half, 3);
+  check_rope(23, 64, 128, 0, plain, dsa::rope_layout::half, 4);
+  check_rope(9, 3, 64, 0, plain, dsa::rope_layout::interleaved, 5);
+  // More pairs than one shared-memory chunk (256).
+  dsa::rope_config wide = plain;
+  wide.dim = 1100;
+  check_rope(5, 2, 1100, 0, wide, dsa::rope_layout::half, 6);
+  check_rope(5, 2, 1100, 0, wide, dsa::rope_layout::interleaved, 7);
+}
+
+TEST_CASE("cuda swiglu: the CPU's bits but for rare transcendental roundings") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  for (const auto& [t, n, in_place] : {std::tuple{index_t{5}, index_t{2048}, false}, std::tuple{index_t{1}, index_t{18432}, true},
+                                      std::tuple{index_t{64}, index_t{1000}, false}, std::tuple{index_t{3}, index_t{1}, true}}) {
+    CAPTURE(t);
+    CAPTURE(n);
+    auto gf = dsa_test::normal(static_cast<std::size_t>(t * n), 11 + static_cast<std::uint64_t>(n), 6.0f);
+    const float specials[] = {nan_f, inf_f, -inf_f, -200.0f, 200.0f, 0.0f, -0.0f, 89.0f, -89.0f};
+    for (std::size_t i = 0; i < std::size(specials) && i < gf.size(); ++i) gf[i * 3 % gf.size()] = specials[i];
+    const std::vector<bf16> gate = dsa_test::convert<bf16>(gf);
+    const std::vector<bf16> up = random_values<bf16>(static_cast<std::size_t>(t * n), 12, 2.0f);
+    std::vector<bf16> hy(gate.size());
+    dsa::swiglu(dsa::cpu, dsa::make_view(gate.data(), {t, n}), dsa::make_view(up.data(), {t, n}),
+                dsa::make_view(hy.data(), {t, n}));
+    dsa_test::test_stream stream;
+    auto dg = dsa_test::upload(gate, stream.get());
+    auto du = dsa_test::upload(up, stream.get());
+    dsa::device_buffer<bf16> dy(t * n, stream.get());
+    if (in_place) {
+      ops::swiglu(stream.backend(), dg.view({t, n}), du.view({t, n}), dg.view({t, n}));
+      check_nearly_same("y (in place)", dsa_test::download(dg, stream.get()), hy, 1);
+    } else {
+      ops::swiglu(stream.backend(), dg.view({t, n}), du.view({t, n}), dy.view({t, n}));
+      check_nearly_same("y", dsa_test::download(dy, stream.get()), hy, 1);
+    }
+  }
+}
+
+TEST_CASE("cuda linear: cuBLAS and SIMT paths within the fp32 accumulation bound, every type combination") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  dsa::cublas_handle blas;
+  std::uint64_t seed = 300;
+  struct shape {
+    index_t t, in, out, ldx, ldw, ldy;
+  };
+  const shape shapes[] = {
+      {1, 7168, 1536, 7168, 7168, 1536},  // V3.2 wq_a, decode
+      {4, 1536, 576, 1600, 1536, 600},    // strided x and y
+      {37, 512, 300, 512, 520, 300},      // ragged tiles, strided w
+      {3, 100, 7, 0, 100, 7},             // a broadcast x row (stride 0): the SIMT kernel
+      {5, 0, 9, 0, 0, 9},                 // in = 0: y = 0
+  };
+  for (const auto& s : shapes) {
+    check_linear<bf16, bf16, bf16>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+    check_linear<bf16, bf16, float>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+    check_linear<float, float, float>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+    check_linear<float, float, bf16>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+    check_linear<bf16, float, float>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+    check_linear<bf16, float, bf16>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+    check_linear<float, bf16, float>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+    check_linear<float, bf16, bf16>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+  }
+}
+
+TEST_CASE("cuda fp8_linear: bit-identical to the CPU") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  using dsa::scale_format;
+  std::uint64_t seed = 500;
+  struct shape {
+    index_t t, in, out, ldx, ldw;
+  };
+  const shape shapes[] = {
+      {1, 7168, 1536, 7168, 7168},  // V3.2 wq_a, decode tile
+      {4, 1536, 3072, 1536, 1536},  // wq_b-like
+      {8, 512, 300, 640, 517},      // decode tile, ragged columns, unaligned weight rows
+      {9, 7168, 576, 7168, 7168},   // the first many-row tile: wkv_a
+      {70, 1024, 200, 1056, 1024},  // ragged rows and columns, strided x
+      {33, 128, 1, 128, 128},       // one output feature
+  };
+  for (const auto& s : shapes) {
+    for (const scale_format fmt : {scale_format::ue8m0, scale_format::fp32}) {
+      const bool specials = (seed % 2) == 0;
+      check_fp8_linear<bf16, bf16>(s.t, s.in, s.out, s.ldx, s.ldw, fmt, specials, ++seed);
+      check_fp8_linear<float, float>(s.t, s.in, s.out, s.ldx, s.ldw, fmt, !specials, ++seed);
+    }
+    check_fp8_linear<bf16, float>(s.t, s.in, s.out, s.ldx, s.ldw, scale_format::ue8m0, true, ++seed);
+    check_fp8_linear<float, bf16>(s.t, s.in, s.out, s.ldx, s.ldw, scale_format::ue8m0, false, ++seed);
+  }
+}
+
+TEST_CASE("cuda sparse_mha_attention: the CPU's bits but for rare transcendental roundings") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  using dsa::attention_rounding;
+  std::uint64_t seed = 700;
+  for (const attention_rounding r : {attention_rounding::fp32, attention_rounding::bf16, attention_rounding::bf16_split}) {
+    // V3.2 MHA prefill: 128 heads, 128 nope + 64 rope, v 128, top-2048.
+    check_sparse_mha({3, 128, 3000, 2048, 128, 64, 128, false, r}, ++seed);
+    // V3.2 absorbed decode: one 512-wide latent shared by 128 heads (stride 0), 64 rope.
+    check_sparse_mha({3, 128, 2500, 2048, 512, 64, 512, true, r}, ++seed);
+    // More entries than one shared-memory chunk (logits recomputed per pass), no lse.
+    check_sparse_mha({3, 4, 700, 5000, 64, 32, 96, false, r, false}, ++seed);
+    // Wider values than one column group (512), no rope, duplicate rows (n small).
+    check_sparse_mha({3, 2, 5, 64, 48, 0, 700, false, r}, ++seed);
+    // A single key row, a single entry.
+    check_sparse_mha({4, 3, 1, 1, 16, 8, 16, true, r}, ++seed);
+  }
+}

@@ -1,0 +1,203 @@
+// Host replays of the reduction structure of the CUDA dense kernels (include/dsa/cuda/kernels/
+// norm_kernel.cuh, sparse_mha_attention_kernel.cuh, linear_kernel.cuh) against the CPU backend's
+// numerics: the device cannot run here, so what makes the kernels bit-identical — the 8-lane xor
+// butterfly of the norms, the order-free row maximum of the attention, the +0 terms of its sum,
+// the order-free exact fp8 block dot — is checked by replaying it with the same operations.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "dsa/core/types.hpp"
+#include "dsa/numerics/linear.hpp"
+#include "dsa/numerics/norm.hpp"
+#include "dsa/numerics/sparse_mha_attention.hpp"
+#include "support/random.hpp"
+
+namespace {
+
+using dsa::index_t;
+
+std::uint64_t bits_of(double v) {
+  std::uint64_t b = 0;
+  std::memcpy(&b, &v, 8);
+  return b;
+}
+std::uint32_t bits_of(float v) {
+  std::uint32_t b = 0;
+  std::memcpy(&b, &v, 4);
+  return b;
+}
+
+// The kernels' combine: lane l of an 8-lane group adds its xor-1, xor-2, xor-4 partners' values
+// (warp_reduce_sum<8>); returns every lane's result.
+std::vector<double> butterfly8(std::vector<double> v) {
+  for (int offset = 1; offset < 8; offset *= 2) {
+    std::vector<double> next(8);
+    for (int l = 0; l < 8; ++l) next[static_cast<std::size_t>(l)] = v[static_cast<std::size_t>(l)] + v[static_cast<std::size_t>(l ^ offset)];
+    v = next;
+  }
+  return v;
+}
+
+// The norm kernel's lane sums: thread l sums f(x[k]) over k = l, l + 8, ... in index order.
+template <class T, class F>
+std::vector<double> lane_sums(const std::vector<T>& x, F f) {
+  std::vector<double> s(8, 0.0);
+  for (std::size_t k = 0; k < x.size(); ++k) s[k % 8] += f(x[k]);
+  return s;
+}
+
+template <class T>
+void check_norm_replay(index_t d, std::uint64_t seed) {
+  CAPTURE(d);
+  auto xf = dsa_test::normal(static_cast<std::size_t>(d), seed, 5.0f);
+  for (std::size_t i = 0; i < xf.size(); i += 3) xf[i] += 100.0f;
+  const std::vector<T> x = dsa_test::convert<T>(xf);
+  const auto sq = [](T v) {
+    const double a = static_cast<double>(dsa::to_float(v));
+    return a * a;
+  };
+  const double cpu = dsa::norm_sum_squares(x.data(), d);
+  for (const double lane : butterfly8(lane_sums(x, sq))) CHECK(bits_of(lane) == bits_of(cpu));
+
+  const dsa::layer_norm_stats st = dsa::layer_norm_row_stats(x.data(), d, 1e-6f);
+  const double sum = butterfly8(lane_sums(x, [](T v) { return static_cast<double>(dsa::to_float(v)); }))[0];
+  const double mean = sum / static_cast<double>(d);
+  const double dev = butterfly8(lane_sums(x, [&](T v) {
+    return dsa::norm_detail::square_rn(static_cast<double>(dsa::to_float(v)) - mean);
+  }))[0];
+  const dsa::layer_norm_stats rep = dsa::layer_norm_finish(sum, dev, d, 1e-6f);
+  CHECK(bits_of(rep.mean) == bits_of(st.mean));
+  CHECK(bits_of(rep.inv_std) == bits_of(st.inv_std));
+}
+
+}  // namespace
+
+TEST_CASE("norm kernels: the 8-lane xor butterfly is the CPU's combine_lanes, bit for bit") {
+  std::uint64_t seed = 1;
+  for (const index_t d : {1, 7, 8, 13, 100, 512, 1536, 7168}) {
+    check_norm_replay<dsa::bf16>(d, ++seed);
+    check_norm_replay<float>(d, ++seed);
+  }
+}
+
+TEST_CASE("sparse_mha kernel: the parallel row maximum equals the CPU loop's std::max, NaN rule included") {
+  constexpr int threads = 128;  // sparse_mha_threads
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937_64 rng(42);
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int k = 1 + static_cast<int>(rng() % 300);
+    std::vector<float> logit(static_cast<std::size_t>(k));
+    std::vector<bool> used(static_cast<std::size_t>(k));
+    const int mode = trial % 5;
+    for (int j = 0; j < k; ++j) {
+      const auto u = rng() % 20;
+      float v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 16.0f;
+      if (mode >= 1 && u == 0) v = nan;
+      if (mode >= 2 && u == 1) v = -inf;
+      if (mode >= 3 && u == 2) v = inf;
+      if (mode == 4) v = (u < 10) ? -inf : nan;  // rows of only -inf and NaN
+      logit[static_cast<std::size_t>(j)] = v;
+      used[static_cast<std::size_t>(j)] = rng() % 4 != 0;
+    }
+    if (trial % 7 == 0) logit[0] = nan;  // a NaN first entry (if used)
+    // The CPU loop.
+    float m = -inf;
+    bool any = false;
+    for (int j = 0; j < k; ++j) {
+      if (!used[static_cast<std::size_t>(j)]) continue;
+      m = any ? std::max(m, logit[static_cast<std::size_t>(j)]) : logit[static_cast<std::size_t>(j)];
+      any = true;
+    }
+    const bool cpu_zero = !any || !(m > -inf);
+    // The kernel: thread-strided fmax and first used entry, warp butterflies, warps in order.
+    std::vector<float> tmax(threads, -inf);
+    std::vector<int> tfirst(threads, std::numeric_limits<int>::max());
+    std::vector<bool> tnan(threads, false);
+    for (int tid = 0; tid < threads; ++tid) {
+      for (int j = tid; j < k; j += threads) {
+        if (!used[static_cast<std::size_t>(j)]) continue;
+        tmax[static_cast<std::size_t>(tid)] = std::fmax(tmax[static_cast<std::size_t>(tid)], logit[static_cast<std::size_t>(j)]);
+        if (j < tfirst[static_cast<std::size_t>(tid)]) {
+          tfirst[static_cast<std::size_t>(tid)] = j;
+          tnan[static_cast<std::size_t>(tid)] = std::isnan(logit[static_cast<std::size_t>(j)]);
+        }
+      }
+    }
+    float bmax = -inf;
+    int bfirst = std::numeric_limits<int>::max();
+    for (int w = 0; w < threads / 32; ++w) {
+      std::vector<float> lm(tmax.begin() + 32 * w, tmax.begin() + 32 * w + 32);
+      for (int offset = 16; offset > 0; offset /= 2) {
+        std::vector<float> next(32);
+        for (int l = 0; l < 32; ++l) next[static_cast<std::size_t>(l)] = std::fmax(lm[static_cast<std::size_t>(l)], lm[static_cast<std::size_t>(l ^ offset)]);
+        lm = next;
+      }
+      bmax = w == 0 ? lm[0] : std::fmax(bmax, lm[0]);
+      for (int l = 0; l < 32; ++l) bfirst = std::min(bfirst, tfirst[static_cast<std::size_t>(32 * w + l)]);
+    }
+    bool first_nan = false;
+    for (int tid = 0; tid < threads; ++tid) {
+      if (bfirst != std::numeric_limits<int>::max() && tfirst[static_cast<std::size_t>(tid)] == bfirst) first_nan = tnan[static_cast<std::size_t>(tid)];
+    }
+    const float km = dsa::sparse_mha_row_max(bmax, first_nan);
+    const bool kernel_zero = bfirst == std::numeric_limits<int>::max() || !(km > -inf);
+    CAPTURE(trial);
+    REQUIRE(kernel_zero == cpu_zero);
+    if (!cpu_zero) CHECK(bits_of(km) == bits_of(m));  // finite or +inf here: the same value and sign
+  }
+}
+
+TEST_CASE("sparse_mha kernel: unused entries added as +0 leave the CPU's fp32 sum unchanged") {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int k = 1 + static_cast<int>(rng() % 500);
+    float skip = 0.0f, padded = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const bool used = rng() % 3 != 0;
+      float e = std::ldexp(static_cast<float>(rng() % 100000) / 100000.0f, -static_cast<int>(rng() % 140));
+      if (rng() % 50 == 0) e = 0.0f;
+      if (trial % 100 == 0 && j == k / 2) e = std::numeric_limits<float>::quiet_NaN();
+      if (used) skip += e;
+      padded += used ? e : 0.0f;
+    }
+    CHECK((bits_of(skip) == bits_of(padded) || (std::isnan(skip) && std::isnan(padded))));
+  }
+}
+
+TEST_CASE("fp8_linear kernel: the block dot is exact in double, so its FMA order cannot matter") {
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::vector<dsa::fp8_e4m3> a(128), b(128);
+    for (int k = 0; k < 128; ++k) {
+      std::uint8_t ca = static_cast<std::uint8_t>(rng()), cb = static_cast<std::uint8_t>(rng());
+      if ((ca & 0x7F) == 0x7F) ca = 0x7E;  // +-448
+      if ((cb & 0x7F) == 0x7F) cb = 0x01;  // the smallest subnormal
+      if (trial % 3 == 0) ca = static_cast<std::uint8_t>(k % 2 ? 0x7E : 0xFE);  // cancelling extremes
+      a[static_cast<std::size_t>(k)] = dsa::fp8_e4m3::from_bits(ca);
+      b[static_cast<std::size_t>(k)] = dsa::fp8_e4m3::from_bits(cb);
+    }
+    const float cpu = dsa::fp8_block_dot(a.data(), b.data(), 128);
+    // The kernel: FMAs in ascending k (16-wide chunks); then reversed and strided orders.
+    double fwd = 0.0, rev = 0.0, strided = 0.0;
+    for (int k = 0; k < 128; ++k) {
+      fwd = std::fma(static_cast<double>(a[static_cast<std::size_t>(k)].to_float()),
+                     static_cast<double>(b[static_cast<std::size_t>(k)].to_float()), fwd);
+      rev = std::fma(static_cast<double>(a[static_cast<std::size_t>(127 - k)].to_float()),
+                     static_cast<double>(b[static_cast<std::size_t>(127 - k)].to_float()), rev);
+      const int j = (k * 37) % 128;
+      strided += static_cast<double>(a[static_cast<std::size_t>(j)].to_float()) *
+                 static_cast<double>(b[static_cast<std::size_t>(j)].to_float());
+    }
+    CHECK(bits_of(static_cast<float>(fwd)) == bits_of(cpu));
+    CHECK(bits_of(static_cast<float>(rev)) == bits_of(cpu));
+    CHECK(bits_of(static_cast<float>(strided)) == bits_of(cpu));
+  }
+}
