@@ -33,3 +33,7 @@
 #include "dsa/cuda/norm.cuh"
 #include "dsa/cuda/rope.cuh"
 #include "dsa/cuda/sparse_mha_attention.cuh"
+#include "dsa/cuda/indexer_kl_loss.cuh"
+#include "dsa/cuda/indexer_weights.cuh"
+#include "dsa/cuda/moe_combine.cuh"
+#include "dsa/cuda/moe_routing.cuh"

@@ -47,15 +47,21 @@ std::vector<T> download(const dsa::device_buffer<T>& d, cudaStream_t s) {
   return dsa::to_host(d, s);
 }
 
+/// The next fake device address: one counter for every element type and rank (a counter per
+/// template instantiation would give views of different types the same address).
+inline std::uintptr_t next_fake_device_address() {
+  static std::uintptr_t next = std::uintptr_t{1} << 44;
+  next += std::uintptr_t{1} << 32;
+  return next;
+}
+
 /// A device view that points at no real memory: for calls that must throw in the front-end,
 /// before any kernel could read it. Needs no GPU.
 template <class T, std::size_t R>
 dsa::device_view<T, R> fake_device_view(const dsa::index_t (&extents)[R]) {
   // Never dereferenced: an aligned, non-null address, 4 GiB apart from every other fake view so
   // the front-ends' aliasing checks see distinct buffers.
-  static std::uintptr_t next = std::uintptr_t{1} << 44;
-  next += std::uintptr_t{1} << 32;
-  return dsa::make_view<dsa::device_space>(reinterpret_cast<T*>(next), extents);
+  return dsa::make_view<dsa::device_space>(reinterpret_cast<T*>(next_fake_device_address()), extents);
 }
 
 /// Byte-wise equality of two arrays of a trivially copyable type; reports up to five mismatches.

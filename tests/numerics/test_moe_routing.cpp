@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -95,4 +96,48 @@ TEST_CASE("moe_route_token: softmax scores are a distribution; the weights are i
     total += w[e];
   }
   CHECK(total == doctest::Approx(1.0).epsilon(1e-5));
+}
+
+TEST_CASE("moe_route_token is moe_route_scores then moe_route_select, as the CUDA kernel runs them") {
+  // The kernel evaluates the scores element by element over a warp's lanes (moe_sigmoid, or
+  // moe_softmax_numerator and div_rn around lane 0's moe_softmax_shift and _denominator) and then
+  // runs moe_route_select on one lane: replayed here in that form, the bits equal the token call.
+  const int E = 256;
+  for (const auto scoring : {dsa::moe_scoring::sigmoid, dsa::moe_scoring::softmax}) {
+    dsa::moe_routing_config cfg;
+    cfg.top_k = 8;
+    cfg.n_group = 8;
+    cfg.topk_group = 4;
+    cfg.scoring = scoring;
+    cfg.routed_scaling_factor = 2.5f;
+    auto logits = dsa_test::normal(E, 21, 1.5f);
+    logits[17] = std::numeric_limits<float>::quiet_NaN();
+    const auto bias = dsa_test::uniform(E, 22, -0.1f, 0.1f);
+    std::vector<float> scratch(static_cast<std::size_t>(dsa::moe_route_scratch_size(E, cfg.n_group)));
+    std::vector<std::int32_t> ids(8), ids2(8);
+    std::vector<float> w(8), w2(8);
+    dsa::moe_route_token(logits.data(), bias.data(), E, cfg, scratch.data(), ids.data(), w.data());
+
+    std::vector<float> s(E);
+    if (scoring == dsa::moe_scoring::sigmoid) {
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int e = lane; e < E; e += 32) s[static_cast<std::size_t>(e)] = dsa::moe_sigmoid(logits[static_cast<std::size_t>(e)]);
+      }
+    } else {
+      const float shift = dsa::moe_softmax_shift(logits.data(), E);
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int e = lane; e < E; e += 32) {
+          s[static_cast<std::size_t>(e)] = dsa::moe_softmax_numerator(logits[static_cast<std::size_t>(e)], shift);
+        }
+      }
+      const float sum = dsa::moe_softmax_denominator(s.data(), E);
+      for (float& v : s) v = dsa::detail::div_rn(v, sum);
+    }
+    std::vector<float> group(static_cast<std::size_t>(cfg.n_group));
+    dsa::moe_route_select(s.data(), bias.data(), E, cfg, group.data(), ids2.data(), w2.data());
+    CHECK(ids2 == ids);
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      CHECK(std::memcmp(&w[i], &w2[i], sizeof(float)) == 0);
+    }
+  }
 }

@@ -357,3 +357,43 @@ TEST_CASE("indexer_kl_loss rejects bad arguments") {
   CHECK_THROWS_WITH_AS(dsa::indexer_kl_loss_sparse(dsa::cpu, a, i, tk, lv, g_null),
                        doctest::Contains("dsa::indexer_kl_loss_sparse: grad_index.data = null"), E);
 }
+
+TEST_CASE("indexer_kl_loss workspace overloads: the CPU checks the workspace and computes the same bits") {
+  const kl_problem p(6, 3, 40, 77);
+  const index_t k = 16;
+  std::vector<std::int32_t> topk(static_cast<std::size_t>(p.m * k));
+  for (std::size_t i = 0; i < topk.size(); ++i) topk[i] = static_cast<std::int32_t>(i * 7 % 41) - 1;  // -1 .. 39
+  const auto tv = dsa::make_view(topk.data(), {p.m, k});
+  const kl_result dense = run_dense(p);
+  const kl_result sparse = run_sparse(p, topk, k);
+  // 16-byte aligned host workspaces of exactly the documented sizes.
+  CHECK(dsa::indexer_kl_loss_dense_workspace_size(p.m) == 48);
+  CHECK(dsa::indexer_kl_loss_sparse_workspace_size(p.m, k) == 48 + 6 * 16 * 4);
+  std::vector<double> storage(64);
+  auto* bytes = reinterpret_cast<std::byte*>(storage.data());
+  for (const bool is_sparse : {false, true}) {
+    CAPTURE(is_sparse);
+    const index_t need = is_sparse ? dsa::indexer_kl_loss_sparse_workspace_size(p.m, k)
+                                   : dsa::indexer_kl_loss_dense_workspace_size(p.m);
+    kl_result r;
+    r.grad.assign(static_cast<std::size_t>(p.m * p.n), -1.0f);
+    const auto lv = dsa::make_view(&r.loss, {1});
+    const auto gv = dsa::make_view(r.grad.data(), {p.m, p.n});
+    auto call = [&](dsa::host_view<std::byte, 1> ws) {
+      if (is_sparse) {
+        dsa::indexer_kl_loss_sparse(dsa::cpu, p.attn_view(), p.index_view(), tv, lv, gv, ws);
+      } else {
+        dsa::indexer_kl_loss_dense(dsa::cpu, p.attn_view(), p.index_view(), p.ranges_view(), lv, gv, ws);
+      }
+    };
+    call(dsa::make_view(bytes, {need}));
+    const kl_result& want = is_sparse ? sparse : dense;
+    CHECK(std::memcmp(&r.loss, &want.loss, sizeof(float)) == 0);
+    CHECK(std::memcmp(r.grad.data(), want.grad.data(), r.grad.size() * sizeof(float)) == 0);
+    CHECK_THROWS_WITH_AS(call(dsa::make_view(bytes, {need - 1})), doctest::Contains("workspace.extent(0)"), dsa::error);
+    CHECK_THROWS_WITH_AS(call(dsa::make_view(bytes + 4, {need})),
+                         doctest::Contains("workspace.data_handle() % 16 = 4; expected 0"), dsa::error);
+    CHECK_THROWS_WITH_AS(call(dsa::make_view(reinterpret_cast<std::byte*>(r.grad.data()), {need})),
+                         doctest::Contains("workspace = a view overlapping grad_index"), dsa::error);
+  }
+}

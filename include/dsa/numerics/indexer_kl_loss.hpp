@@ -76,4 +76,14 @@ DSA_HOST_DEVICE DSA_FORCEINLINE float kl_grad(float q, float p, bool row_has_mas
   return row_has_mass ? q - p : 0.0f;
 }
 
+/// The gradient of a key listed `count` times in a row's selection (the sparse loss's duplicate
+/// entries): the CPU backend adds each entry's (identical) gradient to a zeroed cell in entry
+/// order, fl32(fl32(0 + g) + g) + ..., and this is that sum, so a backend that computes it per key
+/// instead of accumulating per entry gets the same bits. 0 for count 0.
+DSA_HOST_DEVICE DSA_FORCEINLINE float kl_grad_repeated(float g, unsigned count) {
+  float acc = 0.0f;
+  for (unsigned i = 0; i < count; ++i) acc += g;
+  return acc;
+}
+
 DSA_NAMESPACE_END

@@ -76,40 +76,60 @@ DSA_HOST_DEVICE constexpr index_t moe_route_scratch_size(index_t n_experts, inde
   return n_experts + n_group;
 }
 
-/// Routes one token. `logits` and `bias` (nullptr = no bias) hold n_experts contiguous floats;
-/// `scratch` holds moe_route_scratch_size(n_experts, cfg.n_group) floats; `expert_ids` and
-/// `weights` receive cfg.top_k entries, ids ascending. The config must satisfy what
-/// dsa::moe_route validates (the front-end checks it; this function does not).
-/// The result is always top_k distinct ids in [0, n_experts), whatever the values (NaN included).
-/// Cost: O(E) exponentials, O(E · top_k) worst-case selection, O(n_group^2) group ranking.
-DSA_HOST_DEVICE inline void moe_route_token(const float* DSA_RESTRICT logits, const float* DSA_RESTRICT bias,
-                                            index_t n_experts, const moe_routing_config& cfg,
-                                            float* DSA_RESTRICT scratch, std::int32_t* DSA_RESTRICT expert_ids,
-                                            float* DSA_RESTRICT weights) {
-  const index_t E = n_experts;
-  const index_t k = cfg.top_k;
-  float* const s = scratch;
-  float* const group_score = scratch + E;
+/// The max-subtracted softmax's shift: the largest logit, or, when any logit is NaN, a NaN (the
+/// last one), which then makes every score NaN as in torch. The order of the loops is part of
+/// the result's bits (which NaN), so a parallel caller runs this one sequentially.
+DSA_HOST_DEVICE inline float moe_softmax_shift(const float* DSA_RESTRICT logits, index_t n_experts) {
+  float m = -INFINITY;
+  for (index_t e = 0; e < n_experts; ++e) m = logits[e] > m ? logits[e] : m;
+  for (index_t e = 0; e < n_experts; ++e) {
+    if (moe_detail::is_nan(logits[e])) m = logits[e];
+  }
+  return m;
+}
 
-  // 1. Unbiased scores in fp32.
-  if (cfg.scoring == moe_scoring::sigmoid) {
+/// The unnormalised softmax score exp(x - shift) of one expert (element-wise: any order).
+DSA_HOST_DEVICE DSA_FORCEINLINE float moe_softmax_numerator(float logit, float shift) {
+  return moe_detail::exp_f32(logit - shift);
+}
+
+/// The softmax denominator: the numerators summed in fp32 in ascending expert order. The order is
+/// part of the result, so a parallel caller runs this one sequentially.
+DSA_HOST_DEVICE inline float moe_softmax_denominator(const float* DSA_RESTRICT numerators, index_t n_experts) {
+  float sum = 0.0f;
+  for (index_t e = 0; e < n_experts; ++e) sum += numerators[e];
+  return sum;
+}
+
+/// Step 1, the unbiased scores s[0, E) in fp32 (sequential form; a parallel caller evaluates the
+/// same functions: moe_sigmoid per element, or shift, numerators, denominator and div_rn).
+DSA_HOST_DEVICE inline void moe_route_scores(const float* DSA_RESTRICT logits, index_t n_experts, moe_scoring scoring,
+                                             float* DSA_RESTRICT s) {
+  const index_t E = n_experts;
+  if (scoring == moe_scoring::sigmoid) {
     for (index_t e = 0; e < E; ++e) s[e] = moe_sigmoid(logits[e]);
   } else {
     // Max-subtracted softmax like torch: a NaN logit (or an +inf, or all -inf) makes the whole
     // row NaN, as it does there, rather than silently dropping the offending expert.
-    float m = -INFINITY;
-    for (index_t e = 0; e < E; ++e) m = logits[e] > m ? logits[e] : m;
-    for (index_t e = 0; e < E; ++e) {
-      if (moe_detail::is_nan(logits[e])) m = logits[e];
-    }
-    float sum = 0.0f;
-    for (index_t e = 0; e < E; ++e) {
-      s[e] = moe_detail::exp_f32(logits[e] - m);
-      sum += s[e];
-    }
+    const float m = moe_softmax_shift(logits, E);
+    for (index_t e = 0; e < E; ++e) s[e] = moe_softmax_numerator(logits[e], m);
+    const float sum = moe_softmax_denominator(s, E);
     for (index_t e = 0; e < E; ++e) s[e] = detail::div_rn(s[e], sum);
   }
+}
 
+/// Steps 2 to 5 for one token, from its unbiased scores s[0, E) (moe_route_scores): group
+/// limiting, top-k selection by s + bias (bias == nullptr: none), ascending ids, weights.
+/// `group_score` holds cfg.n_group floats of scratch; `expert_ids` and `weights` receive cfg.top_k
+/// entries (and are the selection's working storage). Sequential and exact (comparisons, one
+/// addition per group score, the weight sum in ascending id order): every backend gets the same
+/// bits from the same scores.
+DSA_HOST_DEVICE inline void moe_route_select(const float* DSA_RESTRICT s, const float* DSA_RESTRICT bias,
+                                             index_t n_experts, const moe_routing_config& cfg,
+                                             float* DSA_RESTRICT group_score, std::int32_t* DSA_RESTRICT expert_ids,
+                                             float* DSA_RESTRICT weights) {
+  const index_t E = n_experts;
+  const index_t k = cfg.top_k;
   auto biased = [&](index_t e) { return bias ? s[e] + bias[e] : s[e]; };
 
   // 2. Group limiting. With every group kept the group scores cannot matter, so skip them
@@ -192,6 +212,22 @@ DSA_HOST_DEVICE inline void moe_route_token(const float* DSA_RESTRICT logits, co
     const float w = normalise ? detail::div_rn(weights[i], sum) : weights[i];
     weights[i] = w * cfg.routed_scaling_factor;
   }
+}
+
+/// Routes one token. `logits` and `bias` (nullptr = no bias) hold n_experts contiguous floats;
+/// `scratch` holds moe_route_scratch_size(n_experts, cfg.n_group) floats; `expert_ids` and
+/// `weights` receive cfg.top_k entries, ids ascending. The config must satisfy what
+/// dsa::moe_route validates (the front-end checks it; this function does not).
+/// The result is always top_k distinct ids in [0, n_experts), whatever the values (NaN included).
+/// Cost: O(E) exponentials, O(E · top_k) worst-case selection, O(n_group^2) group ranking.
+/// It is moe_route_scores then moe_route_select; the CUDA kernel runs the same two stages (the
+/// first spread over a warp, element by element, the second on one lane).
+DSA_HOST_DEVICE inline void moe_route_token(const float* DSA_RESTRICT logits, const float* DSA_RESTRICT bias,
+                                            index_t n_experts, const moe_routing_config& cfg,
+                                            float* DSA_RESTRICT scratch, std::int32_t* DSA_RESTRICT expert_ids,
+                                            float* DSA_RESTRICT weights) {
+  moe_route_scores(logits, n_experts, cfg.scoring, scratch);
+  moe_route_select(scratch, bias, n_experts, cfg, scratch + n_experts, expert_ids, weights);
 }
 
 DSA_NAMESPACE_END

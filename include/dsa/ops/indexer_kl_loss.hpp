@@ -14,9 +14,18 @@
 //
 // The loss is a sum of per-row partial losses (each accumulated in double), added in row
 // order: bit-identical for every thread count.
+//
+// Workspace: the CUDA backend writes the per-row losses to a workspace and adds them in a second
+// kernel (no floating-point atomics, no allocation), so on CUDA call the overloads that take a
+// `workspace` of at least indexer_kl_loss_dense_workspace_size(m) /
+// indexer_kl_loss_sparse_workspace_size(m, k) bytes, 16-byte aligned. The CPU backend needs none
+// but accepts and checks one, so the same call compiles for both backends.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
 #include "dsa/core/aliasing.hpp"
 #include "dsa/core/backend.hpp"
@@ -55,7 +64,88 @@ void check_indexer_kl_common(const char* op, const tensor_view<const float, 3, S
   check_extent(op, "grad_index", grad_index, 1, n, "attn.extent(2), keys");
 }
 
+// Every argument check of the dense loss but the workspace's.
+template <class Space>
+void check_indexer_kl_dense(const char* op, const tensor_view<const float, 3, Space>& attn,
+                            const tensor_view<const float, 2, Space>& index_scores,
+                            const tensor_view<const std::int32_t, 2, Space>& ranges,
+                            const tensor_view<float, 1, Space>& loss, const tensor_view<float, 2, Space>& grad_index) {
+  check_indexer_kl_common(op, attn, index_scores, loss, grad_index);
+  check_row_ranges(op, ranges, attn.extent(0), attn.extent(2));
+  check_disjoint_rows(op, "grad_index", grad_index);
+  check_no_overlap(op, "grad_index", grad_index, "attn", attn, false);
+  check_no_overlap(op, "grad_index", grad_index, "index_scores", index_scores, false);
+  check_no_overlap(op, "grad_index", grad_index, "ranges", ranges, false);
+  check_no_overlap(op, "loss", loss, "attn", attn, false);
+  check_no_overlap(op, "loss", loss, "index_scores", index_scores, false);
+  check_no_overlap(op, "loss", loss, "ranges", ranges, false);
+  check_no_overlap(op, "loss", loss, "grad_index", grad_index, false);
+}
+
+// Every argument check of the sparse loss but the workspace's.
+template <class Space>
+void check_indexer_kl_sparse(const char* op, const tensor_view<const float, 3, Space>& attn,
+                             const tensor_view<const float, 2, Space>& index_scores,
+                             const tensor_view<const std::int32_t, 2, Space>& topk,
+                             const tensor_view<float, 1, Space>& loss, const tensor_view<float, 2, Space>& grad_index) {
+  check_indexer_kl_common(op, attn, index_scores, loss, grad_index);
+  check_valid(op, "topk", topk);
+  check_inner_contiguous(op, "topk", topk);
+  check_extent(op, "topk", topk, 0, attn.extent(0), "attn.extent(0), one selection per query row");
+  check_disjoint_rows(op, "grad_index", grad_index);
+  check_no_overlap(op, "grad_index", grad_index, "attn", attn, false);
+  check_no_overlap(op, "grad_index", grad_index, "index_scores", index_scores, false);
+  check_no_overlap(op, "grad_index", grad_index, "topk", topk, false);
+  check_no_overlap(op, "loss", loss, "attn", attn, false);
+  check_no_overlap(op, "loss", loss, "index_scores", index_scores, false);
+  check_no_overlap(op, "loss", loss, "topk", topk, false);
+  check_no_overlap(op, "loss", loss, "grad_index", grad_index, false);
+}
+
+// The workspace of the CUDA-capable overloads: at least `need` bytes, contiguous, 16-byte aligned,
+// disjoint from every other argument (the kernels write it).
+template <class Space>
+void check_indexer_kl_workspace(const char* op, const char* size_fn, index_t need,
+                                const tensor_view<std::byte, 1, Space>& ws,
+                                const tensor_view<const float, 3, Space>& attn,
+                                const tensor_view<const float, 2, Space>& index_scores,
+                                const tensor_view<const std::int32_t, 2, Space>& keys, const char* keys_name,
+                                const tensor_view<float, 1, Space>& loss,
+                                const tensor_view<float, 2, Space>& grad_index) {
+  if (need == 0 && ws.is_absent()) return;
+  check_valid(op, "workspace", ws);
+  check(ws.extent(0) >= need, op, "workspace.extent(0)", ws.extent(0),
+        "at least " + std::string(size_fn) + " = " + std::to_string(need) + " bytes");
+  if (ws.extent(0) == 0) return;
+  check(ws.stride(0) == 1, op, "workspace.stride(0)", ws.stride(0), "1 (contiguous bytes)");
+  check(reinterpret_cast<std::uintptr_t>(ws.data_handle()) % 16 == 0, op, "workspace.data_handle() % 16",
+        reinterpret_cast<std::uintptr_t>(ws.data_handle()) % 16, "0 (16-byte aligned)");
+  check_no_overlap(op, "workspace", ws, "attn", attn, false);
+  check_no_overlap(op, "workspace", ws, "index_scores", index_scores, false);
+  check_no_overlap(op, "workspace", ws, keys_name, keys, false);
+  check_no_overlap(op, "workspace", ws, "loss", loss, false);
+  check_no_overlap(op, "workspace", ws, "grad_index", grad_index, false);
+}
+
+inline index_t round_up_16(index_t bytes) { return (bytes + 15) / 16 * 16; }
+
 }  // namespace detail
+
+/// Bytes of workspace the dense loss needs for m query rows: one double per row (the row losses
+/// the CUDA backend adds in a second kernel), rounded up to 16. Pure; callable without a device.
+inline index_t indexer_kl_loss_dense_workspace_size(index_t m) {
+  check(m >= 0, "indexer_kl_loss_dense_workspace_size", "m", m, ">= 0");
+  return detail::round_up_16(m * index_t{8});
+}
+
+/// Bytes of workspace the sparse loss needs for m query rows of k selected entries: the m row
+/// losses (doubles, rounded up to 16 bytes), then one float per entry (each entry's head sum and
+/// then its gradient, between the kernel's passes). Pure; callable without a device.
+inline index_t indexer_kl_loss_sparse_workspace_size(index_t m, index_t k) {
+  check(m >= 0, "indexer_kl_loss_sparse_workspace_size", "m", m, ">= 0");
+  check(k >= 0, "indexer_kl_loss_sparse_workspace_size", "k", k, ">= 0");
+  return detail::round_up_16(m * index_t{8}) + detail::round_up_16(m * k * index_t{4});
+}
 
 /// Dense warm-up loss (eq. 3) over each row's range [start, end); ranges [m, 2] with
 /// 0 <= start <= end <= n.
@@ -64,17 +154,26 @@ void indexer_kl_loss_dense(const B& be, in_view<B, float, 3> attn, in_view<B, fl
                            in_view<B, std::int32_t, 2> ranges, out_view<B, float, 1> loss,
                            out_view<B, float, 2> grad_index) {
   constexpr const char* op = "indexer_kl_loss_dense";
-  detail::check_indexer_kl_common(op, attn, index_scores, loss, grad_index);
-  detail::check_row_ranges(op, ranges, attn.extent(0), attn.extent(2));
-  detail::check_disjoint_rows(op, "grad_index", grad_index);
-  detail::check_no_overlap(op, "grad_index", grad_index, "attn", attn, false);
-  detail::check_no_overlap(op, "grad_index", grad_index, "index_scores", index_scores, false);
-  detail::check_no_overlap(op, "grad_index", grad_index, "ranges", ranges, false);
-  detail::check_no_overlap(op, "loss", loss, "attn", attn, false);
-  detail::check_no_overlap(op, "loss", loss, "index_scores", index_scores, false);
-  detail::check_no_overlap(op, "loss", loss, "ranges", ranges, false);
-  detail::check_no_overlap(op, "loss", loss, "grad_index", grad_index, false);
+  detail::check_indexer_kl_dense(op, attn, index_scores, ranges, loss, grad_index);
   dispatch<indexer_kl_loss_dense_op>(be, attn, index_scores, ranges, loss, grad_index);
+}
+
+/// The dense loss with a workspace of at least indexer_kl_loss_dense_workspace_size(m) bytes
+/// (what the CUDA backend needs; the CPU backend checks it and does not touch it).
+template <backend B>
+void indexer_kl_loss_dense(const B& be, in_view<B, float, 3> attn, in_view<B, float, 2> index_scores,
+                           in_view<B, std::int32_t, 2> ranges, out_view<B, float, 1> loss,
+                           out_view<B, float, 2> grad_index, out_view<B, std::byte, 1> workspace) {
+  constexpr const char* op = "indexer_kl_loss_dense";
+  detail::check_indexer_kl_dense(op, attn, index_scores, ranges, loss, grad_index);
+  detail::check_indexer_kl_workspace(op, "indexer_kl_loss_dense_workspace_size(m)",
+                                     indexer_kl_loss_dense_workspace_size(attn.extent(0)), workspace, attn,
+                                     index_scores, ranges, "ranges", loss, grad_index);
+  if constexpr (std::is_same_v<typename B::memory_space, host_space>) {
+    dispatch<indexer_kl_loss_dense_op>(be, attn, index_scores, ranges, loss, grad_index);
+  } else {
+    dispatch<indexer_kl_loss_dense_op>(be, attn, index_scores, ranges, loss, grad_index, workspace);
+  }
 }
 
 /// Sparse-stage loss (eq. 4) over each row's selection topk [m, k] (-1 padded).
@@ -83,19 +182,26 @@ void indexer_kl_loss_sparse(const B& be, in_view<B, float, 3> attn, in_view<B, f
                             in_view<B, std::int32_t, 2> topk, out_view<B, float, 1> loss,
                             out_view<B, float, 2> grad_index) {
   constexpr const char* op = "indexer_kl_loss_sparse";
-  detail::check_indexer_kl_common(op, attn, index_scores, loss, grad_index);
-  check_valid(op, "topk", topk);
-  check_inner_contiguous(op, "topk", topk);
-  check_extent(op, "topk", topk, 0, attn.extent(0), "attn.extent(0), one selection per query row");
-  detail::check_disjoint_rows(op, "grad_index", grad_index);
-  detail::check_no_overlap(op, "grad_index", grad_index, "attn", attn, false);
-  detail::check_no_overlap(op, "grad_index", grad_index, "index_scores", index_scores, false);
-  detail::check_no_overlap(op, "grad_index", grad_index, "topk", topk, false);
-  detail::check_no_overlap(op, "loss", loss, "attn", attn, false);
-  detail::check_no_overlap(op, "loss", loss, "index_scores", index_scores, false);
-  detail::check_no_overlap(op, "loss", loss, "topk", topk, false);
-  detail::check_no_overlap(op, "loss", loss, "grad_index", grad_index, false);
+  detail::check_indexer_kl_sparse(op, attn, index_scores, topk, loss, grad_index);
   dispatch<indexer_kl_loss_sparse_op>(be, attn, index_scores, topk, loss, grad_index);
+}
+
+/// The sparse loss with a workspace of at least indexer_kl_loss_sparse_workspace_size(m, k) bytes
+/// (what the CUDA backend needs; the CPU backend checks it and does not touch it).
+template <backend B>
+void indexer_kl_loss_sparse(const B& be, in_view<B, float, 3> attn, in_view<B, float, 2> index_scores,
+                            in_view<B, std::int32_t, 2> topk, out_view<B, float, 1> loss,
+                            out_view<B, float, 2> grad_index, out_view<B, std::byte, 1> workspace) {
+  constexpr const char* op = "indexer_kl_loss_sparse";
+  detail::check_indexer_kl_sparse(op, attn, index_scores, topk, loss, grad_index);
+  detail::check_indexer_kl_workspace(op, "indexer_kl_loss_sparse_workspace_size(m, k)",
+                                     indexer_kl_loss_sparse_workspace_size(attn.extent(0), topk.extent(1)),
+                                     workspace, attn, index_scores, topk, "topk", loss, grad_index);
+  if constexpr (std::is_same_v<typename B::memory_space, host_space>) {
+    dispatch<indexer_kl_loss_sparse_op>(be, attn, index_scores, topk, loss, grad_index);
+  } else {
+    dispatch<indexer_kl_loss_sparse_op>(be, attn, index_scores, topk, loss, grad_index, workspace);
+  }
 }
 
 DSA_NAMESPACE_END
