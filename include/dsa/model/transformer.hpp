@@ -14,7 +14,8 @@
 // checkpoint; per-phase wall times accumulate in phase_times().
 //
 // Host memory only: the layers keep their activations in std::vector, so Backend must be a host
-// backend (the CPU backend). Part of the dsa::model target.
+// backend (the CPU backend); dsa/model/cuda/transformer.cuh specialises the class for
+// dsa::cuda_backend. Part of the dsa::model target.
 #pragma once
 
 #include <atomic>
@@ -34,6 +35,7 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/model/config.hpp"
+#include "dsa/model/forward.hpp"
 #include "dsa/model/kv_cache.hpp"
 #include "dsa/model/layers/context.hpp"
 #include "dsa/model/layers/mla.hpp"
@@ -62,33 +64,11 @@
 DSA_NAMESPACE_BEGIN
 namespace model {
 
-/// What an observer sees after each layer of a forward call (views valid during the call only).
-struct layer_trace {
-  index_t layer = 0;
-  index_t start = 0;                         ///< position of the first token of the chunk
-  host_view<const std::int32_t, 2> topk;     ///< [t, index_topk] selected positions, -1 padded
-  host_view<const bf16, 2> ffn_out;          ///< [t, hidden] the layer's FFN output
-  host_view<const bf16, 2> residual;         ///< [t, hidden] the residual stream it is added to
-};
-
-/// Progress of a forward call: called after each layer of each chunk.
-struct forward_progress {
-  index_t chunk_begin = 0, chunk_end = 0;  ///< positions of the chunk
-  index_t total_end = 0;                   ///< position after the last token of the call
-  index_t layer = 0, num_layers = 0;       ///< layer just finished
-};
-
-struct forward_options {
-  std::function<void(const layer_trace&)> observer;
-  std::function<void(const forward_progress&)> progress;
-  /// Longest chunk a prefill is processed in (index scores cost chunk x length floats).
-  index_t max_chunk = 4096;
-};
-
 template <class Backend>
 class transformer {
   static_assert(std::is_same_v<typename Backend::memory_space, host_space>,
-                "dsa::model::transformer keeps activations in host memory: use a host backend (dsa::cpu_backend)");
+                "dsa::model::transformer keeps activations in host memory: use a host backend (dsa::cpu_backend), "
+                "or include dsa/model/cuda/transformer.cuh for dsa::cuda_backend");
 
  public:
   /// Opens a checkpoint directory (config.json + safetensors); `num_layers` as weights::load.
@@ -124,28 +104,9 @@ class transformer {
   /// Appends `tokens` to `seq` and returns the logits [vocab] of the last one (fp32).
   template <class Token>
   std::vector<float> forward(sequence& seq, std::span<const Token> tokens, const forward_options& opt = {}) {
-    static_assert(std::is_integral_v<Token>, "dsa::model::transformer::forward: tokens must be integers");
-    constexpr std::string_view op = "model::transformer::forward";
-    const auto& c = config();
-    if (seq.owner() != id_ || seq.num_layers() != num_layers()) {
-      fail(op, "seq", "a sequence of another transformer", "a sequence made by this transformer's new_sequence()");
-    }
-    const index_t n = static_cast<index_t>(tokens.size());
-    if (n < 1) fail(op, "tokens.size()", n, ">= 1");
-    if (n > seq.max_tokens() - seq.length()) {
-      fail(op, "tokens.size()", n,
-           "at most max_tokens - length = " + std::to_string(seq.max_tokens() - seq.length()) + " (the sequence is full)");
-    }
-    if (opt.max_chunk < 1) fail(op, "options.max_chunk", opt.max_chunk, ">= 1");
-    std::vector<std::int32_t> ids(tokens.size());
-    for (index_t i = 0; i < n; ++i) {
-      const auto tok = tokens[static_cast<std::size_t>(i)];
-      if (tok < 0 || static_cast<std::uint64_t>(tok) >= static_cast<std::uint64_t>(c.vocab_size)) {
-        fail(op, "tokens[" + std::to_string(i) + "]", static_cast<std::int64_t>(tok),
-             "a token id in [0, vocab_size = " + std::to_string(c.vocab_size) + ")");
-      }
-      ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(tok);
-    }
+    const std::vector<std::int32_t> ids =
+        forward_detail::checked_forward_tokens(seq, id_, num_layers(), config().vocab_size, tokens, opt);
+    const index_t n = static_cast<index_t>(ids.size());
     const index_t total_end = seq.length() + n;
     seq.reserve(total_end);
     std::vector<float> logits;

@@ -51,28 +51,37 @@ struct linear_weight {
 
   /// Output rows [begin, begin + count): a view of the same memory. For FP8 weights `begin` must
   /// be a multiple of 128 (a scale block boundary); the last block may be ragged.
-  linear_weight rows(index_t begin, index_t count) const {
-    if (begin < 0 || count < 0 || begin + count > out_features()) {
-      fail("model::linear_weight::rows", "[begin, begin + count)",
-           "[" + std::to_string(begin) + ", " + std::to_string(begin + count) + ")",
-           "a range within the " + std::to_string(out_features()) + " output rows of " + name);
-    }
-    linear_weight r;
-    r.name = name;
-    if (!fp8()) {
-      r.w = host_view<const bf16, 2>(w.row(begin), {count, w.extent(1)}, w.strides());
-      return r;
-    }
-    if (begin % weight_block != 0) {
-      fail("model::linear_weight::rows", "begin", begin, "a multiple of 128 (an FP8 scale block boundary) for " + name);
-    }
-    r.q = host_view<const fp8_e4m3, 2>(q.row(begin), {count, q.extent(1)}, q.strides());
-    const index_t b0 = begin / weight_block;
-    const index_t nb = (count + weight_block - 1) / weight_block;
-    r.scale = host_view<const float, 2>(scale.row(b0), {nb, scale.extent(1)}, scale.strides());
+  linear_weight rows(index_t begin, index_t count) const;
+};
+
+/// linear_weight::rows for any weight type with its members (name, q, scale, w, fp8(),
+/// out_features()): the host weights here and the device copies of dsa/model/cuda/weights.cuh.
+template <class W>
+W linear_weight_rows(const W& src, index_t begin, index_t count) {
+  if (begin < 0 || count < 0 || begin + count > src.out_features()) {
+    fail("model::linear_weight::rows", "[begin, begin + count)",
+         "[" + std::to_string(begin) + ", " + std::to_string(begin + count) + ")",
+         "a range within the " + std::to_string(src.out_features()) + " output rows of " + src.name);
+  }
+  W r;
+  r.name = src.name;
+  if (!src.fp8()) {
+    r.w = decltype(r.w)(src.w.row(begin), {count, src.w.extent(1)}, src.w.strides());
     return r;
   }
-};
+  if (begin % weight_block != 0) {
+    fail("model::linear_weight::rows", "begin", begin, "a multiple of 128 (an FP8 scale block boundary) for " + src.name);
+  }
+  r.q = decltype(r.q)(src.q.row(begin), {count, src.q.extent(1)}, src.q.strides());
+  const index_t b0 = begin / weight_block;
+  const index_t nb = (count + weight_block - 1) / weight_block;
+  r.scale = decltype(r.scale)(src.scale.row(b0), {nb, src.scale.extent(1)}, src.scale.strides());
+  return r;
+}
+
+inline linear_weight linear_weight::rows(index_t begin, index_t count) const {
+  return linear_weight_rows(*this, begin, count);
+}
 
 /// The SwiGLU feed-forward of a dense layer, an expert or the shared experts.
 struct mlp_weights {

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/model/layers/context.hpp"
@@ -32,6 +34,45 @@ inline moe_routing_config moe_routing_config_of(const ::dsa::model::config& c) {
   return r;
 }
 
+/// The routing of t tokens to k experts each, grouped by expert (the layout of expert_out).
+struct expert_groups {
+  std::vector<index_t> count;          ///< [n_experts] tokens routed to each expert
+  std::vector<index_t> offset;         ///< [n_experts + 1] first expert_out row of each expert
+  std::vector<std::int32_t> rows;      ///< [t * k] rows[i * k + j]: the row holding token i's j-th expert
+  std::vector<std::int32_t> token_of;  ///< [t * k] the token of each expert_out row
+};
+
+/// Groups the (token, slot) assignments ids [t, k] by expert: rows of one expert are
+/// consecutive and in ascending token order. An id outside [0, n_experts) is an error (the
+/// routing op never produces one; the check keeps a faulty device result from indexing out of
+/// bounds here).
+inline expert_groups group_by_expert(const std::vector<std::int32_t>& ids, index_t t, index_t k, index_t n_experts) {
+  expert_groups g;
+  g.count.assign(static_cast<std::size_t>(n_experts), 0);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::int32_t e = ids[i];
+    if (e < 0 || e >= n_experts) {
+      fail("model::moe_forward", "expert_ids[" + std::to_string(i) + "]", e,
+           "an expert id in [0, " + std::to_string(n_experts) + ")");
+    }
+    ++g.count[static_cast<std::size_t>(e)];
+  }
+  g.offset.assign(static_cast<std::size_t>(n_experts) + 1, 0);
+  for (index_t e = 0; e < n_experts; ++e) g.offset[e + 1] = g.offset[e] + g.count[static_cast<std::size_t>(e)];
+  g.rows.resize(ids.size());
+  g.token_of.resize(ids.size());
+  std::vector<index_t> fill(g.offset.begin(), g.offset.end() - 1);
+  for (index_t i = 0; i < t; ++i) {
+    for (index_t j = 0; j < k; ++j) {
+      const auto e = static_cast<std::size_t>(ids[static_cast<std::size_t>(i * k + j)]);
+      const index_t r = fill[e]++;
+      g.rows[static_cast<std::size_t>(i * k + j)] = static_cast<std::int32_t>(r);
+      g.token_of[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(i);
+    }
+  }
+  return g;
+}
+
 /// y [t, hidden] = MoE(x) for x [t, hidden] bf16.
 template <class B>
 void moe_forward(const layer_context<B>& ctx, const moe_weights& w, host_view<const bf16, 2> x, host_view<bf16, 2> y) {
@@ -47,25 +88,11 @@ void moe_forward(const layer_context<B>& ctx, const moe_weights& w, host_view<co
   moe_route(ctx.be, make_view(logits.data(), {t, n_experts}), w.bias, make_view(ids.data(), {t, k}),
             make_view(weights.data(), {t, k}), rc);
 
-  // Group the (token, slot) assignments by expert: rows[t, j] is the row of expert_out holding
-  // token t's j-th expert, rows of one expert being consecutive and in ascending token order.
-  std::vector<index_t> count(static_cast<std::size_t>(n_experts), 0);
-  for (const std::int32_t e : ids) ++count[static_cast<std::size_t>(e)];
-  std::vector<index_t> offset(static_cast<std::size_t>(n_experts) + 1, 0);
-  for (index_t e = 0; e < n_experts; ++e) offset[e + 1] = offset[e] + count[static_cast<std::size_t>(e)];
-  std::vector<std::int32_t> rows(ids.size());
-  std::vector<std::int32_t> token_of(ids.size());
-  {
-    std::vector<index_t> fill(offset.begin(), offset.end() - 1);
-    for (index_t i = 0; i < t; ++i) {
-      for (index_t j = 0; j < k; ++j) {
-        const auto e = static_cast<std::size_t>(ids[static_cast<std::size_t>(i * k + j)]);
-        const index_t r = fill[e]++;
-        rows[static_cast<std::size_t>(i * k + j)] = static_cast<std::int32_t>(r);
-        token_of[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(i);
-      }
-    }
-  }
+  const expert_groups g = group_by_expert(ids, t, k, n_experts);
+  const std::vector<index_t>& count = g.count;
+  const std::vector<index_t>& offset = g.offset;
+  const std::vector<std::int32_t>& rows = g.rows;
+  const std::vector<std::int32_t>& token_of = g.token_of;
 
   std::vector<bf16> expert_out(static_cast<std::size_t>(t * k * d));
   std::vector<bf16> xe;

@@ -1,0 +1,199 @@
+// dsa::model::device_weights: a DeepSeek-V3.2 checkpoint's tensors copied once to device memory,
+// with the structure of dsa::model::weights (dsa/model/weights.hpp) and device views in place of
+// the host views into the memory-mapped shards.
+//
+// Every tensor the forward pass reads (FP8 codes and their weight_scale_inv blocks as stored in
+// the checkpoint, bf16 weights, fp32 norm weights and biases, already widened from BF16 where the
+// checkpoint stores them so) goes into ONE cudaMalloc arena, each tensor at a 256-byte aligned
+// offset (the alignment of cudaMalloc itself, so vectorised loads and cuBLAS see the same
+// alignment as for separately allocated tensors). The copies are enqueued on a stream; the host
+// tensors are not needed afterwards, but the transformer keeps the host weights for its
+// weights() accessor and the derived decode weights.
+//
+// The whole model must fit in device memory: a tiny or truncated (num_layers) checkpoint on one
+// GPU. The real 61-layer V3.2 (~690 GB of FP8 weights) does not fit on one device; load a few
+// layers of it to smoke-test kernels.
+//
+// Host-only C++ (g++ or nvcc); part of the dsa::model and dsa::cuda targets.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dsa/core/config.hpp"
+#include "dsa/core/error.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
+#include "dsa/cuda/memory.hpp"
+#include "dsa/model/weights.hpp"
+
+DSA_NAMESPACE_BEGIN
+namespace model {
+
+/// linear_weight on the device: e4m3 codes and fp32 block multipliers, or bf16 values.
+struct device_linear_weight {
+  std::string name;  ///< Hugging Face name of the weight tensor
+  device_view<const fp8_e4m3, 2> q;
+  device_view<const float, 2> scale;
+  device_view<const bf16, 2> w;
+
+  bool fp8() const { return q.data_handle() != nullptr; }
+  index_t out_features() const { return fp8() ? q.extent(0) : w.extent(0); }
+  index_t in_features() const { return fp8() ? q.extent(1) : w.extent(1); }
+  /// Output rows [begin, begin + count), as linear_weight::rows.
+  device_linear_weight rows(index_t begin, index_t count) const { return linear_weight_rows(*this, begin, count); }
+};
+
+struct device_mlp_weights {
+  device_linear_weight gate_proj, up_proj, down_proj;
+};
+
+struct device_indexer_weights {
+  device_linear_weight wq_b;
+  device_linear_weight wk;
+  device_view<const float, 1> k_norm_weight;
+  device_view<const float, 1> k_norm_bias;
+  device_view<const bf16, 2> weights_proj;
+};
+
+struct device_attention_weights {
+  device_linear_weight q_a_proj;
+  device_view<const float, 1> q_a_layernorm;
+  device_linear_weight q_b_proj;
+  device_linear_weight kv_a_proj_with_mqa;
+  device_view<const float, 1> kv_a_layernorm;
+  device_linear_weight kv_b_proj;
+  device_linear_weight o_proj;
+  device_indexer_weights indexer;
+};
+
+struct device_moe_weights {
+  device_view<const bf16, 2> gate;
+  device_view<const float, 1> bias;  ///< absent when the checkpoint has no e_score_correction_bias
+  std::vector<device_mlp_weights> experts;
+  std::optional<device_mlp_weights> shared_experts;
+};
+
+struct device_layer_weights {
+  device_view<const float, 1> input_layernorm;
+  device_view<const float, 1> post_attention_layernorm;
+  device_attention_weights attn;
+  std::optional<device_mlp_weights> mlp;
+  std::optional<device_moe_weights> moe;
+};
+
+/// The device copy of a `weights`. Move-only: it owns the arena its views point into.
+class device_weights {
+ public:
+  device_weights() = default;
+
+  /// Copies every tensor of `w` that the forward pass reads to the device, enqueued on `stream`
+  /// (synchronise it, or order other streams after it, before using the views).
+  device_weights(const weights& w, cudaStream_t stream) {
+    // Two passes over the same traversal: the first sums the aligned sizes, the second copies
+    // into the one allocation and builds the views.
+    std::size_t total = 0;
+    bind(w, [&total](const void*, std::size_t bytes) -> std::byte* {
+      total = align(total) + bytes;
+      return nullptr;
+    });
+    arena_ = device_buffer<std::byte>(static_cast<index_t>(align(total)));
+    std::size_t at = 0;
+    bind(w, [this, &at, stream](const void* src, std::size_t bytes) -> std::byte* {
+      at = align(at);
+      std::byte* dst = arena_.data() + at;
+      ::dsa::detail::copy_bytes(dst, src, bytes, cudaMemcpyHostToDevice, stream);
+      at += bytes;
+      return dst;
+    });
+  }
+
+  device_weights(device_weights&&) noexcept = default;
+  device_weights& operator=(device_weights&&) noexcept = default;
+
+  device_view<const bf16, 2> embed_tokens;
+  std::vector<device_layer_weights> layers;
+  device_view<const float, 1> norm;
+  device_view<const bf16, 2> lm_head;
+
+  /// Device bytes held by the weights.
+  std::size_t bytes() const { return arena_.size_bytes(); }
+
+ private:
+  static constexpr std::size_t alignment = 256;
+  static std::size_t align(std::size_t n) { return (n + alignment - 1) / alignment * alignment; }
+
+  // Upload(src, bytes) -> device address (null in the sizing pass). Views of absent tensors stay
+  // absent; every tensor of a checkpoint is contiguous (safetensors stores them densely).
+  template <class Upload, class T, std::size_t R>
+  static device_view<const T, R> upload(Upload& up, host_view<const T, R> v) {
+    if (v.is_absent()) return {};
+    if (!v.is_contiguous()) fail("model::device_weights", "tensor strides", "non-contiguous", "a contiguous tensor");
+    const auto* dst = reinterpret_cast<const T*>(up(v.data_handle(), static_cast<std::size_t>(v.size()) * sizeof(T)));
+    return device_view<const T, R>(dst, v.extents());
+  }
+
+  template <class Upload>
+  static device_linear_weight upload(Upload& up, const linear_weight& l) {
+    device_linear_weight d;
+    d.name = l.name;
+    d.q = upload(up, l.q);
+    d.scale = upload(up, l.scale);
+    d.w = upload(up, l.w);
+    return d;
+  }
+
+  template <class Upload>
+  static device_mlp_weights upload(Upload& up, const mlp_weights& m) {
+    return {upload(up, m.gate_proj), upload(up, m.up_proj), upload(up, m.down_proj)};
+  }
+
+  template <class Upload>
+  void bind(const weights& w, Upload&& up) {
+    const bool lm_head_tied = w.lm_head.data_handle() == w.embed_tokens.data_handle();
+    embed_tokens = upload(up, w.embed_tokens);
+    norm = upload(up, w.norm);
+    lm_head = lm_head_tied ? embed_tokens : upload(up, w.lm_head);
+    layers.clear();
+    layers.reserve(w.layers.size());
+    for (const layer_weights& lw : w.layers) {
+      device_layer_weights d;
+      d.input_layernorm = upload(up, lw.input_layernorm);
+      d.post_attention_layernorm = upload(up, lw.post_attention_layernorm);
+      const attention_weights& a = lw.attn;
+      d.attn.q_a_proj = upload(up, a.q_a_proj);
+      d.attn.q_a_layernorm = upload(up, a.q_a_layernorm);
+      d.attn.q_b_proj = upload(up, a.q_b_proj);
+      d.attn.kv_a_proj_with_mqa = upload(up, a.kv_a_proj_with_mqa);
+      d.attn.kv_a_layernorm = upload(up, a.kv_a_layernorm);
+      d.attn.kv_b_proj = upload(up, a.kv_b_proj);
+      d.attn.o_proj = upload(up, a.o_proj);
+      d.attn.indexer.wq_b = upload(up, a.indexer.wq_b);
+      d.attn.indexer.wk = upload(up, a.indexer.wk);
+      d.attn.indexer.k_norm_weight = upload(up, a.indexer.k_norm_weight);
+      d.attn.indexer.k_norm_bias = upload(up, a.indexer.k_norm_bias);
+      d.attn.indexer.weights_proj = upload(up, a.indexer.weights_proj);
+      if (lw.mlp) d.mlp = upload(up, *lw.mlp);
+      if (lw.moe) {
+        device_moe_weights m;
+        m.gate = upload(up, lw.moe->gate);
+        m.bias = upload(up, lw.moe->bias);
+        m.experts.reserve(lw.moe->experts.size());
+        for (const mlp_weights& e : lw.moe->experts) m.experts.push_back(upload(up, e));
+        if (lw.moe->shared_experts) m.shared_experts = upload(up, *lw.moe->shared_experts);
+        d.moe = std::move(m);
+      }
+      layers.push_back(std::move(d));
+    }
+  }
+
+  device_buffer<std::byte> arena_;
+};
+
+}  // namespace model
+DSA_NAMESPACE_END

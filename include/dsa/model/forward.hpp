@@ -1,0 +1,90 @@
+// What every dsa::model::transformer<Backend> shares, whatever memory its activations live in:
+// the forward-call options and callbacks, the declaration of the class template, and the
+// argument checks of forward(), so that every backend rejects a bad call with the same message.
+//
+// Portable: no op implementation, no Eigen, no CUDA (compiles with g++ and nvcc). Part of the
+// dsa::model target.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "dsa/core/config.hpp"
+#include "dsa/core/error.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
+
+DSA_NAMESPACE_BEGIN
+namespace model {
+
+/// The reference forward pass (dsa/model/transformer.hpp for host backends,
+/// dsa/model/cuda/transformer.cuh for dsa::cuda_backend).
+template <class Backend>
+class transformer;
+
+/// What an observer sees after each layer of a forward call (host views, valid during the call
+/// only; a device transformer copies them to the host first).
+struct layer_trace {
+  index_t layer = 0;
+  index_t start = 0;                         ///< position of the first token of the chunk
+  host_view<const std::int32_t, 2> topk;     ///< [t, index_topk] selected positions, -1 padded
+  host_view<const bf16, 2> ffn_out;          ///< [t, hidden] the layer's FFN output
+  host_view<const bf16, 2> residual;         ///< [t, hidden] the residual stream it is added to
+};
+
+/// Progress of a forward call: called after each layer of each chunk.
+struct forward_progress {
+  index_t chunk_begin = 0, chunk_end = 0;  ///< positions of the chunk
+  index_t total_end = 0;                   ///< position after the last token of the call
+  index_t layer = 0, num_layers = 0;       ///< layer just finished
+};
+
+struct forward_options {
+  std::function<void(const layer_trace&)> observer;
+  std::function<void(const forward_progress&)> progress;
+  /// Longest chunk a prefill is processed in (index scores cost chunk x length floats).
+  index_t max_chunk = 4096;
+};
+
+namespace forward_detail {
+
+/// The checks of transformer::forward(seq, tokens, opt), in the order every backend runs them,
+/// before anything is computed or allocated: `seq` was made by this transformer (`owner_id`,
+/// `num_layers`), the tokens are non-empty, fit in the sequence and are ids in [0, vocab_size),
+/// max_chunk >= 1. Returns the tokens as int32 (the ops' index type).
+template <class Seq, class Token>
+std::vector<std::int32_t> checked_forward_tokens(const Seq& seq, std::uint64_t owner_id, index_t num_layers,
+                                                 index_t vocab_size, std::span<const Token> tokens,
+                                                 const forward_options& opt) {
+  static_assert(std::is_integral_v<Token>, "dsa::model::transformer::forward: tokens must be integers");
+  constexpr std::string_view op = "model::transformer::forward";
+  if (seq.owner() != owner_id || seq.num_layers() != num_layers) {
+    fail(op, "seq", "a sequence of another transformer", "a sequence made by this transformer's new_sequence()");
+  }
+  const index_t n = static_cast<index_t>(tokens.size());
+  if (n < 1) fail(op, "tokens.size()", n, ">= 1");
+  if (n > seq.max_tokens() - seq.length()) {
+    fail(op, "tokens.size()", n,
+         "at most max_tokens - length = " + std::to_string(seq.max_tokens() - seq.length()) + " (the sequence is full)");
+  }
+  if (opt.max_chunk < 1) fail(op, "options.max_chunk", opt.max_chunk, ">= 1");
+  std::vector<std::int32_t> ids(tokens.size());
+  for (index_t i = 0; i < n; ++i) {
+    const auto tok = tokens[static_cast<std::size_t>(i)];
+    if (tok < 0 || static_cast<std::uint64_t>(tok) >= static_cast<std::uint64_t>(vocab_size)) {
+      fail(op, "tokens[" + std::to_string(i) + "]", static_cast<std::int64_t>(tok),
+           "a token id in [0, vocab_size = " + std::to_string(vocab_size) + ")");
+    }
+    ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(tok);
+  }
+  return ids;
+}
+
+}  // namespace forward_detail
+}  // namespace model
+DSA_NAMESPACE_END
