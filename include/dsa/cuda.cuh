@@ -37,3 +37,4 @@
 #include "dsa/cuda/indexer_weights.cuh"
 #include "dsa/cuda/moe_combine.cuh"
 #include "dsa/cuda/moe_routing.cuh"
+#include "dsa/cuda/sparse_mla_attention.cuh"

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -383,6 +384,14 @@ struct op_impl<cpu_backend, sparse_mla_attention_op> {
                   const tensor_view<float, 2>& lse, const sparse_mla_config& cfg, const tensor_view<float, 2>& probs) {
     cpu_detail::sparse_mla_attention_cpu(be, q, cpu_detail::sparse_mla_bf16_rows{kv}, indices, out, lse, cfg, probs);
   }
+  // The split-k overload: the CPU computes in one pass and needs no scratch memory.
+  template <class O>
+  static void run(const cpu_backend& be, const tensor_view<const bf16, 3>& q, const tensor_view<const bf16, 2>& kv,
+                  const tensor_view<const std::int32_t, 2>& indices, const tensor_view<O, 3>& out,
+                  const tensor_view<float, 2>& lse, const sparse_mla_config& cfg, const tensor_view<float, 2>& probs,
+                  const tensor_view<std::byte, 1>& /*workspace*/) {
+    run(be, q, kv, indices, out, lse, cfg, probs);
+  }
 };
 
 template <>
@@ -393,6 +402,14 @@ struct op_impl<cpu_backend, sparse_mla_attention_fp8_op> {
                   const tensor_view<O, 3>& out, const tensor_view<float, 2>& lse, const sparse_mla_config& cfg,
                   const tensor_view<float, 2>& probs) {
     cpu_detail::sparse_mla_attention_cpu(be, q, cpu_detail::sparse_mla_fp8_rows{kv_fp8}, indices, out, lse, cfg, probs);
+  }
+  // The split-k overload: the CPU computes in one pass and needs no scratch memory.
+  template <class O>
+  static void run(const cpu_backend& be, const tensor_view<const bf16, 3>& q,
+                  const tensor_view<const std::uint8_t, 2>& kv_fp8, const tensor_view<const std::int32_t, 2>& indices,
+                  const tensor_view<O, 3>& out, const tensor_view<float, 2>& lse, const sparse_mla_config& cfg,
+                  const tensor_view<float, 2>& probs, const tensor_view<std::byte, 1>& /*workspace*/) {
+    run(be, q, kv_fp8, indices, out, lse, cfg, probs);
   }
 };
 

@@ -14,9 +14,18 @@
 //                         target distribution (times h) of the indexer's KL loss
 //
 // A token without any used entry gives out = 0, lse = +inf and probs = 0.
+//
+// Split-k (config.num_splits > 1): the CUDA backend can cut each token's entries into
+// num_splits ranges processed in parallel and merged afterwards (FlashMLA's split-k); this needs
+// scratch memory, passed by the overload with a `workspace` argument of at least
+// sparse_mla_attention_workspace_size(...) bytes. The result equals the one-split result up to
+// fp32 rounding. The CPU backend computes in one pass whatever num_splits says (it needs no
+// workspace but accepts and checks one, so the same call compiles for both backends).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -44,7 +53,37 @@ struct sparse_mla_config {
   float softmax_scale = 0.0f;
   /// Output width: out = P · kv[:, :d_v]; 1 <= d_v <= d_qk (512 for the FP8 cache).
   index_t d_v = 512;
+  /// Key splits per token, in [1, sparse_mla_max_splits]: 1 (one pass, no workspace), or more
+  /// with a workspace (see the top of this header). sparse_mla_attention_num_splits suggests one.
+  index_t num_splits = 1;
 };
+
+/// Bytes of workspace sparse_mla_attention needs for s tokens, h heads, d_v output columns and
+/// num_splits key splits: 0 for one split, else 8·S·s·h (the partial (max, sum) pairs, rounded up
+/// to 16 bytes) + 4·S·s·h·d_v (the partial fp32 accumulators), S = num_splits. A pure function of
+/// its arguments, callable on the host without a device.
+inline index_t sparse_mla_attention_workspace_size(index_t s, index_t h, index_t d_v, index_t num_splits) {
+  constexpr const char* op = "sparse_mla_attention_workspace_size";
+  check(s >= 0, op, "s", s, ">= 0");
+  check(h >= 0, op, "h", h, ">= 0");
+  check(d_v >= 1, op, "d_v", d_v, ">= 1");
+  check(num_splits >= 1 && num_splits <= sparse_mla_max_splits, op, "num_splits", num_splits,
+        "a value in [1, " + std::to_string(sparse_mla_max_splits) + "]");
+  return sparse_mla_workspace(s, h, d_v, num_splits).bytes;
+}
+
+/// A split count for s tokens of h heads and k index entries on a GPU with sm_count
+/// multiprocessors: 1 when the s · ceil(h / 16) blocks of 16 heads (the CUDA kernel's head
+/// group) already fill every SM twice, else enough splits to do so, each of at least 128 entries,
+/// at most sparse_mla_max_splits. Pure; the result only affects speed (and fp32 rounding).
+inline index_t sparse_mla_attention_num_splits(index_t s, index_t h, index_t k, index_t sm_count) {
+  const index_t blocks = s * ((h + 15) / 16);
+  const index_t target = 2 * (sm_count > 0 ? sm_count : 1);
+  if (blocks <= 0 || blocks >= target || k <= 128) return 1;
+  index_t splits = (target + blocks - 1) / blocks;
+  splits = std::min(splits, (k + 127) / 128);
+  return std::clamp<index_t>(splits, 1, sparse_mla_max_splits);
+}
 
 namespace detail {
 
@@ -76,6 +115,8 @@ void check_sparse_mla_common(const tensor_view<const bf16, 3, Space>& q,
         cfg.softmax_scale, "a finite value > 0");
   check(cfg.d_v >= 1 && cfg.d_v <= d_qk, op, "config.d_v", cfg.d_v,
         "a value in [1, d_qk] = [1, " + std::to_string(d_qk) + "]");
+  check(cfg.num_splits >= 1 && cfg.num_splits <= sparse_mla_max_splits, op, "config.num_splits", cfg.num_splits,
+        "a value in [1, " + std::to_string(sparse_mla_max_splits) + "]");
 
   check_extent(op, "indices", indices, 0, s, "q.extent(0), one row per query token");
   check_extent(op, "out", out, 0, s, "q.extent(0), tokens");
@@ -91,14 +132,43 @@ void check_sparse_mla_common(const tensor_view<const bf16, 3, Space>& q,
   }
 }
 
-}  // namespace detail
+// Without a workspace only one split can run.
+inline void check_sparse_mla_no_workspace(const sparse_mla_config& cfg) {
+  check(cfg.num_splits == 1, sparse_mla_op_name, "config.num_splits", cfg.num_splits,
+        "1 without a workspace (pass a workspace of sparse_mla_attention_workspace_size(...) bytes to split)");
+}
 
-/// Sparse MLA attention over a bf16 cache kv [n, d_qk]; see the top of this header.
-/// O is float or bf16. Throws dsa::error on any shape, stride or configuration mismatch.
-template <backend B, class O>
-void sparse_mla_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, bf16, 2> kv,
-                          in_view<B, std::int32_t, 2> indices, out_view<B, O, 3> out, out_view<B, float, 2> lse,
-                          const sparse_mla_config& cfg, out_view<B, float, 2> probs = {}) {
+// The workspace of the split-k overloads: large enough for config.num_splits, 16-byte aligned,
+// contiguous, and disjoint from every other argument (the kernels write it).
+template <class Space, class O, class KV>
+void check_sparse_mla_workspace(const tensor_view<std::byte, 1, Space>& ws, const tensor_view<const bf16, 3, Space>& q,
+                                const tensor_view<const KV, 2, Space>& kv,
+                                const tensor_view<const std::int32_t, 2, Space>& indices,
+                                const tensor_view<O, 3, Space>& out, const tensor_view<float, 2, Space>& lse,
+                                const sparse_mla_config& cfg, const tensor_view<float, 2, Space>& probs) {
+  constexpr const char* op = sparse_mla_op_name;
+  const index_t need = sparse_mla_workspace(q.extent(0), q.extent(1), cfg.d_v, cfg.num_splits).bytes;
+  if (need == 0 && ws.is_absent()) return;
+  check_valid(op, "workspace", ws);
+  check(ws.extent(0) >= need, op, "workspace.extent(0)", ws.extent(0),
+        "at least sparse_mla_attention_workspace_size(s, h, d_v, num_splits) = " + std::to_string(need) + " bytes");
+  if (need == 0) return;
+  check(ws.stride(0) == 1, op, "workspace.stride(0)", ws.stride(0), "1 (contiguous bytes)");
+  check(reinterpret_cast<std::uintptr_t>(ws.data_handle()) % 16 == 0, op, "workspace.data_handle() % 16",
+        reinterpret_cast<std::uintptr_t>(ws.data_handle()) % 16, "0 (16-byte aligned)");
+  check_no_overlap(op, "workspace", ws, "q", q, false);
+  check_no_overlap(op, "workspace", ws, "kv", kv, false);
+  check_no_overlap(op, "workspace", ws, "indices", indices, false);
+  check_no_overlap(op, "workspace", ws, "out", out, false);
+  check_no_overlap(op, "workspace", ws, "lse", lse, false);
+  check_no_overlap(op, "workspace", ws, "probs", probs, false);
+}
+
+template <class Space, class O>
+void check_sparse_mla_bf16(const tensor_view<const bf16, 3, Space>& q, const tensor_view<const bf16, 2, Space>& kv,
+                           const tensor_view<const std::int32_t, 2, Space>& indices,
+                           const tensor_view<O, 3, Space>& out, const tensor_view<float, 2, Space>& lse,
+                           const sparse_mla_config& cfg, const tensor_view<float, 2, Space>& probs) {
   constexpr const char* op = detail::sparse_mla_op_name;
   detail::check_sparse_mla_common(q, indices, out, lse, cfg, probs);
   check_valid(op, "kv", kv);
@@ -119,15 +189,43 @@ void sparse_mla_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, bf16, 2
   detail::check_no_overlap(op, "probs", probs, "indices", indices, false);
   detail::check_no_overlap(op, "probs", probs, "out", out, false);
   detail::check_no_overlap(op, "probs", probs, "lse", lse, false);
+}
+
+}  // namespace detail
+
+/// Sparse MLA attention over a bf16 cache kv [n, d_qk]; see the top of this header.
+/// O is float or bf16. Throws dsa::error on any shape, stride or configuration mismatch, and
+/// unless config.num_splits is 1 (splitting needs the workspace overload).
+template <backend B, class O>
+void sparse_mla_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, bf16, 2> kv,
+                          in_view<B, std::int32_t, 2> indices, out_view<B, O, 3> out, out_view<B, float, 2> lse,
+                          const sparse_mla_config& cfg, out_view<B, float, 2> probs = {}) {
+  detail::check_sparse_mla_bf16(q, kv, indices, out, lse, cfg, probs);
+  detail::check_sparse_mla_no_workspace(cfg);
   dispatch<sparse_mla_attention_op>(be, q, kv, indices, out, lse, cfg, probs);
 }
 
-/// Sparse MLA attention over the V3.2 FP8 cache, kv_fp8 [n, 656] bytes per row: q must be
-/// [s, h, 576] and config.d_v 512. Rows are decoded on the fly, never into a full bf16 copy.
+/// The same with scratch memory for config.num_splits > 1 key splits: `workspace` holds at least
+/// sparse_mla_attention_workspace_size(s, h, d_v, num_splits) bytes (none for one split; an
+/// absent view is then accepted), 16-byte aligned, disjoint from every other argument.
 template <backend B, class O>
-void sparse_mla_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, std::uint8_t, 2> kv_fp8,
+void sparse_mla_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, bf16, 2> kv,
                           in_view<B, std::int32_t, 2> indices, out_view<B, O, 3> out, out_view<B, float, 2> lse,
-                          const sparse_mla_config& cfg, out_view<B, float, 2> probs = {}) {
+                          const sparse_mla_config& cfg, out_view<B, std::byte, 1> workspace,
+                          out_view<B, float, 2> probs = {}) {
+  detail::check_sparse_mla_bf16(q, kv, indices, out, lse, cfg, probs);
+  detail::check_sparse_mla_workspace(workspace, q, kv, indices, out, lse, cfg, probs);
+  dispatch<sparse_mla_attention_op>(be, q, kv, indices, out, lse, cfg, probs, workspace);
+}
+
+namespace detail {
+
+template <class Space, class O>
+void check_sparse_mla_fp8(const tensor_view<const bf16, 3, Space>& q,
+                          const tensor_view<const std::uint8_t, 2, Space>& kv_fp8,
+                          const tensor_view<const std::int32_t, 2, Space>& indices,
+                          const tensor_view<O, 3, Space>& out, const tensor_view<float, 2, Space>& lse,
+                          const sparse_mla_config& cfg, const tensor_view<float, 2, Space>& probs) {
   constexpr const char* op = detail::sparse_mla_op_name;
   check_valid(op, "q", q);
   check_extent(op, "q", q, 2, kv_dim, "512 latent + 64 rope values, the FP8 cache layout");
@@ -152,7 +250,31 @@ void sparse_mla_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, std::ui
   detail::check_no_overlap(op, "probs", probs, "indices", indices, false);
   detail::check_no_overlap(op, "probs", probs, "out", out, false);
   detail::check_no_overlap(op, "probs", probs, "lse", lse, false);
+}
+
+}  // namespace detail
+
+/// Sparse MLA attention over the V3.2 FP8 cache, kv_fp8 [n, 656] bytes per row: q must be
+/// [s, h, 576] and config.d_v 512. Rows are decoded on the fly, never into a full bf16 copy.
+/// config.num_splits must be 1 (splitting needs the workspace overload).
+template <backend B, class O>
+void sparse_mla_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, std::uint8_t, 2> kv_fp8,
+                          in_view<B, std::int32_t, 2> indices, out_view<B, O, 3> out, out_view<B, float, 2> lse,
+                          const sparse_mla_config& cfg, out_view<B, float, 2> probs = {}) {
+  detail::check_sparse_mla_fp8(q, kv_fp8, indices, out, lse, cfg, probs);
+  detail::check_sparse_mla_no_workspace(cfg);
   dispatch<sparse_mla_attention_fp8_op>(be, q, kv_fp8, indices, out, lse, cfg, probs);
+}
+
+/// The FP8-cache overload with a split-k workspace (as for the bf16 cache).
+template <backend B, class O>
+void sparse_mla_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, std::uint8_t, 2> kv_fp8,
+                          in_view<B, std::int32_t, 2> indices, out_view<B, O, 3> out, out_view<B, float, 2> lse,
+                          const sparse_mla_config& cfg, out_view<B, std::byte, 1> workspace,
+                          out_view<B, float, 2> probs = {}) {
+  detail::check_sparse_mla_fp8(q, kv_fp8, indices, out, lse, cfg, probs);
+  detail::check_sparse_mla_workspace(workspace, q, kv_fp8, indices, out, lse, cfg, probs);
+  dispatch<sparse_mla_attention_fp8_op>(be, q, kv_fp8, indices, out, lse, cfg, probs, workspace);
 }
 
 DSA_NAMESPACE_END
