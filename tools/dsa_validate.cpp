@@ -6,15 +6,21 @@
 //   dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N]
 //   dsa_validate --model DIR      [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N]
 //
-// Exit codes: 0 every group (every check) ran and passed; 1 a comparison failed; 2 usage, I/O or
-// a malformed file (including a group that lacks a tensor it needs, a file with no known group,
-// and a model directory without its checkpoint or expected.safetensors).
+// Exit codes: 0 every group (every check) ran and passed; 1 a comparison failed (or the backend
+// failed while running a group); 2 usage, I/O or a malformed file (including a group that lacks a
+// tensor it needs, a file with no known group, and a model directory without its checkpoint or
+// expected.safetensors); 77 --backend cuda on a machine without a CUDA device (nothing was run:
+// ctest's SKIP_RETURN_CODE).
+//
+// --backend cuda runs the same case code (validate/primitive_cases.hpp) through the CUDA executor
+// (validate/cuda_cases.hpp), present when dsa is built with DSA_ENABLE_CUDA=ON (DSA_VALIDATE_CUDA).
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -24,14 +30,21 @@
 #include "dsa/core/config.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/model/safetensors.hpp"
+#include "validate/executor.hpp"
 #include "validate/model_cases.hpp"
 #include "validate/primitive_cases.hpp"
+
+#ifdef DSA_VALIDATE_CUDA
+#include "dsa/cuda/backend.hpp"
+#include "validate/cuda_cases.hpp"
+#endif
 
 namespace {
 
 constexpr int exit_pass = 0;
 constexpr int exit_fail = 1;
 constexpr int exit_error = 2;
+constexpr int exit_no_device = 77;  ///< --backend cuda without a GPU: the Automake / ctest skip code
 
 const char* const usage_text =
     "usage: dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N]\n"
@@ -44,13 +57,15 @@ const char* const usage_text =
     "  --model DIR          instead of FILE: replay the golden model directory DIR (config.json, its\n"
     "                       checkpoint and expected.safetensors): the prompt, the teacher-forced decode\n"
     "                       steps and the per-layer top-k, checked one line per step and per layer\n"
-    "  --backend cpu|cuda   backend to run the ops on (default cpu)\n"
-    "  --threads N          CPU threads, N >= 1 (default: every hardware thread)\n"
+    "  --backend cpu|cuda   backend to run the ops on (default cpu); cuda needs a build with\n"
+    "                       DSA_ENABLE_CUDA=ON and a GPU (the current device)\n"
+    "  --threads N          CPU threads, N >= 1 (default: every hardware thread); --backend cpu only\n"
     "  --dump OUT           write the inputs and the computed outputs, under the expected outputs'\n"
     "                       names, to OUT (a golden-format file)\n"
     "  -h, --help           this text\n"
     "\n"
-    "exit status: 0 all checks pass, 1 a comparison failed, 2 usage, I/O or malformed-input error\n";
+    "exit status: 0 all checks pass, 1 a comparison failed, 2 usage, I/O or malformed-input error,\n"
+    "             77 --backend cuda and no CUDA device (nothing was run)\n";
 
 struct options {
   std::filesystem::path file;
@@ -113,6 +128,10 @@ options parse_args(int argc, char** argv) {
                       "; expected one of them"};
   }
   if (!have_file && o.model.empty()) throw usage_error{"no input file (or --model DIR)"};
+  if (o.backend == "cuda" && o.threads != 0) {
+    throw usage_error{"--threads = " + std::to_string(o.threads) +
+                      " with --backend cuda; --threads sets the CPU backend's threads (drop it, or use --backend cpu)"};
+  }
   return o;
 }
 
@@ -170,6 +189,13 @@ std::string padded(const std::string& s, std::size_t width) {
   return s.size() >= width ? s + " " : s + std::string(width - s.size(), ' ');
 }
 
+/// The CPU backend in the report's first line: "cpu (N threads)" (CUDA's is
+/// "cuda (" + cuda_device_description() + ")").
+std::string cpu_description(const dsa::cpu_backend& be) {
+  const int threads = dsa::cpu_detail::thread_count(be);
+  return "cpu (" + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
+}
+
 /// --model DIR: the golden replay of a model directory, one line per check.
 int run_model(const options& o) {
   namespace fs = std::filesystem;
@@ -190,11 +216,27 @@ int run_model(const options& o) {
               << "expected.safetensors with the reference prompt, logits and top-k; see ../shared/golden/README.md)\n";
     return exit_error;
   }
-  const dsa::cpu_backend be{o.threads};
-  const int threads = dsa::cpu_detail::thread_count(be);
-  std::cout << "dsa_validate " << DSA_VERSION_MAJOR << "." << DSA_VERSION_MINOR << "." << DSA_VERSION_PATCH
-            << ": model " << dir.string() << ", backend cpu (" << threads << (threads == 1 ? " thread)\n" : " threads)\n");
-  const dsa_validate::model_case_result r = dsa_validate::run_model_case(be, dir);
+  auto header = [&](const std::string& backend) {
+    std::cout << "dsa_validate " << DSA_VERSION_MAJOR << "." << DSA_VERSION_MINOR << "." << DSA_VERSION_PATCH
+              << ": model " << dir.string() << ", backend " << backend << "\n";
+  };
+  dsa_validate::model_case_result r;
+#ifdef DSA_VALIDATE_CUDA
+  if (o.backend == "cuda") {  // (without DSA_VALIDATE_CUDA, run() has refused --backend cuda)
+    header("cuda (" + dsa_validate::cuda_device_description() + ")");
+    try {
+      r = dsa_validate::run_model_case_cuda(dir);
+    } catch (const dsa_validate::backend_error& e) {
+      std::cout << padded("model", 20) << "FAIL  " << e.what() << "\n";
+      return exit_fail;
+    }
+  } else
+#endif
+  {
+    const dsa::cpu_backend be{o.threads};
+    header(cpu_description(be));
+    r = dsa_validate::run_model_case(be, dir);
+  }
 
   int passed = 0, failed = 0;
   auto line = [&](const std::string& name, bool pass, const std::string& what) {
@@ -249,28 +291,12 @@ int run_model(const options& o) {
   return failed ? exit_fail : exit_pass;
 }
 
-int run(const options& o) {
-  if (o.backend == "cuda") {
-    std::cerr << "dsa_validate: --backend cuda: the CUDA backend is not available in this build of dsa_validate "
-                 "(it runs host-memory backends only); use --backend cpu\n";
-    return exit_error;
-  }
-  if (!o.model.empty()) return run_model(o);
-  const dsa::safetensors_file f = dsa::safetensors_file::open(o.file);
-  const std::vector<std::string> groups = dsa_validate::detect_groups(f);
-  for (const std::string& u : dsa_validate::unknown_groups(f)) {
-    std::cerr << "dsa_validate: note: ignoring tensors of unknown group '" << u << "'\n";
-  }
-  if (groups.empty()) {
-    std::cerr << "dsa_validate: " << o.file.string() << ": no known case group (expected tensors named "
-              << "hadamard.*, hadamard_f32.*, act_quant.*, weight_quant.*, indexer.*, topk.*, sparse_mla.*, "
-                 "kl_dense.* or kl_sparse.*)\n";
-    return exit_error;
-  }
-  const dsa::cpu_backend be{o.threads};
-  const int threads = dsa::cpu_detail::thread_count(be);
+/// Runs every group of `f` on executor `ex` and prints one line per group.
+template <class Exec>
+int run_primitives(const options& o, const dsa::safetensors_file& f, const std::vector<std::string>& groups,
+                   const Exec& ex, const std::string& backend) {
   std::cout << "dsa_validate " << DSA_VERSION_MAJOR << "." << DSA_VERSION_MINOR << "." << DSA_VERSION_PATCH << ": "
-            << o.file.string() << ", backend cpu (" << threads << (threads == 1 ? " thread)\n" : " threads)\n");
+            << o.file.string() << ", backend " << backend << "\n";
 
   std::vector<dsa_validate::case_result> results;
   int passed = 0, failed = 0, errors = 0;
@@ -278,10 +304,14 @@ int run(const options& o) {
     char name[32];
     std::snprintf(name, sizeof name, "%-13s", g.c_str());
     try {
-      dsa_validate::case_result r = dsa_validate::run_group(be, f, g);
+      dsa_validate::case_result r = dsa_validate::run_group(ex, f, g);
       std::cout << name << (r.pass() ? "PASS  " : "FAIL  ") << describe(r.comparisons) << std::endl;
       (r.pass() ? passed : failed) += 1;
       results.push_back(std::move(r));
+    } catch (const dsa_validate::backend_error& e) {
+      // dsa failed to run the group (a CUDA error): a failure of dsa, not of the file.
+      std::cout << name << "FAIL  " << e.what() << std::endl;
+      ++failed;
     } catch (const dsa::error& e) {
       std::cout << name << "ERROR " << e.what() << std::endl;
       ++errors;
@@ -296,6 +326,48 @@ int run(const options& o) {
   }
   if (errors) return exit_error;
   return failed ? exit_fail : exit_pass;
+}
+
+/// Whether --backend can run here: std::nullopt if so, otherwise the exit code, after saying why.
+/// Checked before any file is read, so that a machine without a GPU skips (77) rather than
+/// reporting an unrelated error.
+std::optional<int> unavailable_backend(const options& o) {
+  if (o.backend != "cuda") return std::nullopt;
+#ifndef DSA_VALIDATE_CUDA
+  std::cerr << "dsa_validate: --backend cuda: the CUDA backend is not available in this build of dsa_validate "
+               "(dsa was configured without DSA_ENABLE_CUDA=ON, so it runs host-memory backends only); use "
+               "--backend cpu\n";
+  return exit_error;
+#else
+  if (!dsa::has_device()) {
+    std::cerr << "dsa_validate: --backend cuda: no CUDA device (dsa::device_count() == 0); nothing was run\n";
+    return exit_no_device;
+  }
+  return std::nullopt;
+#endif
+}
+
+int run(const options& o) {
+  if (const auto code = unavailable_backend(o)) return *code;
+  if (!o.model.empty()) return run_model(o);
+  const dsa::safetensors_file f = dsa::safetensors_file::open(o.file);
+  const std::vector<std::string> groups = dsa_validate::detect_groups(f);
+  for (const std::string& u : dsa_validate::unknown_groups(f)) {
+    std::cerr << "dsa_validate: note: ignoring tensors of unknown group '" << u << "'\n";
+  }
+  if (groups.empty()) {
+    std::cerr << "dsa_validate: " << o.file.string() << ": no known case group (expected tensors named "
+              << "hadamard.*, hadamard_f32.*, act_quant.*, weight_quant.*, indexer.*, topk.*, sparse_mla.*, "
+                 "kl_dense.* or kl_sparse.*)\n";
+    return exit_error;
+  }
+#ifdef DSA_VALIDATE_CUDA
+  if (o.backend == "cuda") {
+    return run_primitives(o, f, groups, dsa_validate::cuda_executor{}, "cuda (" + dsa_validate::cuda_device_description() + ")");
+  }
+#endif
+  const dsa::cpu_backend be{o.threads};
+  return run_primitives(o, f, groups, dsa_validate::host_executor<dsa::cpu_backend>{be}, cpu_description(be));
 }
 
 }  // namespace

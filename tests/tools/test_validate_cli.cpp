@@ -1,5 +1,7 @@
 // The dsa_validate command line: exit codes (0 pass, 1 failed comparison, 2 usage / I/O /
-// malformed input) and messages, run as a child process on good, perturbed and broken files.
+// malformed input, 77 --backend cuda without a device) and messages, run as a child process on
+// good, perturbed and broken files. DSA_VALIDATE_CUDA: dsa_validate was built with the CUDA
+// executor (DSA_ENABLE_CUDA=ON); its device cases run only where dsa::has_device().
 #include <doctest/doctest.h>
 
 #ifndef DSA_VALIDATE_EXE
@@ -24,6 +26,10 @@ TEST_CASE("dsa_validate command line (skipped: built without DSA_BUILD_TOOLS)") 
 #include <vector>
 
 #include "dsa/model/safetensors.hpp"
+
+#ifdef DSA_VALIDATE_CUDA
+#include "dsa/cuda/backend.hpp"
+#endif
 
 using dsa::index_t;
 
@@ -241,6 +247,7 @@ TEST_CASE("dsa_validate usage errors exit 2") {
            {{g, "--threads", "0"}, "--threads = 0; expected an integer in [1, 4096]"},
            {{g, "--threads", "2x"}, "--threads = 2x"},
            {{g, "--frobnicate"}, "unknown option --frobnicate"},
+           {{g, "--backend", "cuda", "--threads", "2"}, "--threads = 2 with --backend cuda"},
            {{g, g}, "more than one input file"},
        }) {
     const auto r = run_tool(dir, args);
@@ -412,12 +419,100 @@ TEST_CASE("dsa_validate --model exits 2 with a clear message on a bad directory"
   }
 }
 
-TEST_CASE("dsa_validate --backend cuda says the CUDA backend is not available") {
+// ---- --backend cuda ------------------------------------------------------------------------------
+
+#ifndef DSA_VALIDATE_CUDA
+
+TEST_CASE("dsa_validate --backend cuda in a build without CUDA says the backend is not available (exit 2)") {
   temp_dir dir;
-  const auto r = run_tool(dir, {golden_path.string(), "--backend", "cuda"});
-  CAPTURE(r.output);
-  CHECK(r.exit_code == 2);
-  CHECK(contains(r.output, "the CUDA backend is not available in this build"));
+  for (const auto& args : std::vector<std::vector<std::string>>{{golden_path.string(), "--backend", "cuda"},
+                                                               {"--model", tiny_dir.string(), "--backend", "cuda"}}) {
+    const auto r = run_tool(dir, args);
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "the CUDA backend is not available in this build"));
+    CHECK(contains(r.output, "DSA_ENABLE_CUDA=ON"));
+  }
 }
+
+#else
+
+TEST_CASE("dsa_validate --backend cuda without a device exits 77 before reading anything") {
+  if (dsa::has_device()) {
+    MESSAGE("a CUDA device is present: the no-device path is not exercised");
+    return;
+  }
+  temp_dir dir;
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {golden_path.string(), "--backend", "cuda"},
+           {"--model", tiny_dir.string(), "--backend", "cuda"},
+           // The device is checked first: a machine without one skips, whatever the file.
+           {(dir / "nope.safetensors").string(), "--backend", "cuda"}}) {
+    const auto r = run_tool(dir, args);
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 77);
+    CHECK(contains(r.output, "dsa_validate: --backend cuda: no CUDA device (dsa::device_count() == 0); nothing was run"));
+    CHECK_FALSE(contains(r.output, "PASS"));
+  }
+}
+
+TEST_CASE("dsa_validate --backend cuda passes the golden file, dumps bit-exact groups, and fails a perturbed one") {
+  if (!dsa::has_device()) {
+    MESSAGE("SKIPPED: no CUDA device (dsa::device_count() == 0)");
+    return;
+  }
+  temp_dir dir;
+  const fs::path dump = dir / "dump.safetensors";
+  const auto r = run_tool(dir, {golden_path.string(), "--backend", "cuda", "--dump", dump.string()});
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.output, "backend cuda (device "));
+  CHECK(contains(r.output, "9 groups: 9 passed, 0 failed"));
+  CHECK_FALSE(contains(r.output, "FAIL"));
+  const auto golden = dsa::safetensors_file::open(golden_path);
+  const auto d = dsa::safetensors_file::open(dump);
+  CHECK(d.metadata().at("dsa_validate.backend") == "cuda");
+  for (const char* name :
+       {"topk.indices", "weight_quant.q", "weight_quant.s", "act_quant.ue8m0.q", "act_quant.fp32.s"}) {
+    const auto a = golden.bytes(name), b = d.bytes(name);
+    CHECK_MESSAGE(std::equal(a.begin(), a.end(), b.begin(), b.end()), name);
+  }
+
+  // One wrong expected index: the CUDA top-k disagrees with it, exit 1.
+  std::vector<dsa::safetensors_entry> entries;
+  std::vector<std::int32_t> indices;
+  for (const dsa::tensor_info& t : golden.tensors()) {
+    if (!t.name.starts_with("topk.")) continue;
+    dsa::safetensors_entry e{t.name, t.type, t.shape, golden.bytes(t)};
+    if (t.name == "topk.indices") {
+      const auto v = golden.view<std::int32_t, 2>(t);
+      indices.assign(v.data_handle(), v.data_handle() + v.size());
+      indices[3] = indices[3] == 0 ? 1 : 0;
+      e.data = std::as_bytes(std::span<const std::int32_t>(indices));
+    }
+    entries.push_back(e);
+  }
+  const fs::path bad = dir / "bad_topk.safetensors";
+  dsa::write_safetensors(bad, entries);
+  const auto f = run_tool(dir, {bad.string(), "--backend", "cuda"});
+  CAPTURE(f.output);
+  CHECK(f.exit_code == 1);
+  CHECK(contains(f.output, "topk         FAIL  topk.indices: mismatches 1 EXCEEDS (tol 0)"));
+}
+
+TEST_CASE("dsa_validate --model --backend cuda replays the golden tiny model") {
+  if (!dsa::has_device()) {
+    MESSAGE("SKIPPED: no CUDA device (dsa::device_count() == 0)");
+    return;
+  }
+  temp_dir dir;
+  const auto r = run_tool(dir, {"--model", tiny_dir.string(), "--backend", "cuda"});
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.output, "model " + tiny_dir.string() + ", backend cuda (device "));
+  CHECK(contains(r.output, "13 checks: 13 passed, 0 failed"));
+}
+
+#endif
 
 #endif

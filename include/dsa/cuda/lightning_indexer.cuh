@@ -146,7 +146,7 @@ struct op_impl<cuda_backend, lightning_indexer_backward_op> {
     if (p.grad_q != nullptr || p.grad_w != nullptr) {
       const index_t col_blocks = p.grad_q != nullptr ? (p.d + out_cols - 1) / out_cols : 1;
       const index_t items = p.m * ((p.heads + tile - 1) / tile) * col_blocks;
-      cuda_kernels::lightning_indexer_grad_q_kernel<<<cuda_detail::grid_blocks(items, 1), threads, 0, be.stream>>>(p);
+      cuda_kernels::lightning_indexer_grad_q_kernel<threads><<<cuda_detail::grid_blocks(items, 1), threads, 0, be.stream>>>(p);
       DSA_CUDA_CHECK_LAUNCH();
     }
     if (!grad_k.empty()) {
@@ -156,7 +156,7 @@ struct op_impl<cuda_backend, lightning_indexer_backward_op> {
       pk.grad_k = grad_k.data_handle();
       pk.gk_stride0 = grad_k.stride(0);
       const index_t items = (p.n + tile - 1) / tile * ((p.d + out_cols - 1) / out_cols);
-      cuda_kernels::lightning_indexer_grad_k_kernel<<<cuda_detail::grid_blocks(items, 1), threads, 0, be.stream>>>(pk);
+      cuda_kernels::lightning_indexer_grad_k_kernel<threads><<<cuda_detail::grid_blocks(items, 1), threads, 0, be.stream>>>(pk);
       DSA_CUDA_CHECK_LAUNCH();
     }
   }

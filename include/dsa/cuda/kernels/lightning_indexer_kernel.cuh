@@ -350,9 +350,13 @@ __global__ void __launch_bounds__(indexer_detail::threads, 2) lightning_indexer_
 /// the row's range in tiles of 64 keys. Thread (ty, tx) owns grad_q of heads h0 + 4ty .. +3 at
 /// columns c0 + 32 u + 2 tx + e (u < 4, e < 2); threads 0-63 own grad_w of head h0 + tid (only in
 /// the blocks with c0 = 0).
-__global__ void __launch_bounds__(indexer_detail::threads) lightning_indexer_grad_q_kernel(
+/// A template (on the block size) only so that the header can be included by several
+/// translation units: a non-template __global__ function would be defined in each.
+template <int Threads>
+__global__ void __launch_bounds__(Threads) lightning_indexer_grad_q_kernel(
     const indexer_backward_params p) {
   using namespace indexer_detail;
+  static_assert(Threads == threads, "the tiling assumes indexer_detail::threads threads");
   __shared__ union {
     dot_smem dot;
     float k[tile][chunk];  // key-major column chunk for the accumulation
@@ -479,9 +483,13 @@ __global__ void __launch_bounds__(indexer_detail::threads) lightning_indexer_gra
 /// grad_k: a block per (64 keys from s0, 128 columns from c0), walking the (row, head) pairs in
 /// row-major order 64 at a time. Thread (ty, tx) owns keys s0 + 4ty .. +3 at columns
 /// c0 + 32 u + 2 tx + e.
-__global__ void __launch_bounds__(indexer_detail::threads) lightning_indexer_grad_k_kernel(
+/// A template (on the block size) only so that the header can be included by several
+/// translation units: a non-template __global__ function would be defined in each.
+template <int Threads>
+__global__ void __launch_bounds__(Threads) lightning_indexer_grad_k_kernel(
     const indexer_backward_params p) {
   using namespace indexer_detail;
+  static_assert(Threads == threads, "the tiling assumes indexer_detail::threads threads");
   __shared__ union {
     dot_smem dot;
     float q[tile][chunk];  // row-head-major column chunk for the accumulation

@@ -1,0 +1,247 @@
+// The model golden case of dsa_validate, for any backend: replays a golden model directory
+// (config.json, model.safetensors, expected.safetensors; ../shared/golden/README.md) through
+// dsa::model::transformer<B> and checks the README's criteria:
+//   - every stepS.logits has cosine similarity >= 0.99 with the expected one,
+//   - the argmax agrees on all steps but at most one,
+//   - per layer, the prefill top-k sets agree on >= 98% of their elements on average (only
+//     expected indices <= t count for prefill row t: the reference pads short rows with
+//     arbitrary future positions).
+// Decode steps are teacher-forced: step i+1 feeds generated[:, i] whatever our argmax was.
+//
+// Portable (no op implementation, no Eigen): the includer provides the transformer
+// specialisation. validate/model_cases.hpp is this plus the host transformer;
+// validate/cuda_model_case.cu instantiates it for dsa::cuda_backend.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dsa/core/backend.hpp"
+#include "dsa/core/error.hpp"
+#include "dsa/model/forward.hpp"
+#include "dsa/model/safetensors.hpp"
+#include "validate/golden_format.hpp"
+
+namespace dsa_validate {
+
+/// Criteria of the README.
+inline constexpr double model_min_cosine = 0.99;
+inline constexpr double model_max_argmax_mismatches = 1;
+inline constexpr double model_min_topk_agreement = 0.98;
+
+/// The outcome of a model replay: the criteria (comparisons) plus diagnostic lines (per-step
+/// cosines and argmaxes, per-layer block-output errors of the prefill) and the computed tensors
+/// under the expected file's names (for --dump).
+struct model_case_result {
+  case_result result;
+  std::vector<std::string> diagnostics;
+  std::vector<double> cosines;           ///< per step
+  std::vector<int> argmax_match;         ///< per step: 1 when the argmax agrees
+  std::vector<std::size_t> argmax_got;   ///< per step: our argmax
+  std::vector<std::size_t> argmax_want;  ///< per step: the expected argmax
+  std::vector<double> topk_agreement;    ///< per layer, prefill average
+};
+
+namespace model_detail {
+
+inline double cosine(std::span<const float> a, std::span<const float> b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ab += double(a[i]) * b[i];
+    aa += double(a[i]) * a[i];
+    bb += double(b[i]) * b[i];
+  }
+  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
+}
+
+inline std::size_t argmax(std::span<const float> v) {
+  return static_cast<std::size_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+inline std::string fmt(double v, int precision = 5) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", precision, v);
+  return b;
+}
+
+// Expected tensor `name`; throws input_error if missing or not a T tensor of rank R.
+template <class T, std::size_t R>
+host_tensor<T, R> expected(const dsa::safetensors_file& f, const std::string& name) {
+  return load<T, R>(f, "model", name);
+}
+
+// Max relative L2 error of computed bf16 rows against expected ones: ||a - b|| / ||b|| per row.
+inline double max_row_rel_err(dsa::host_view<const dsa::bf16, 2> got, const host_tensor<dsa::bf16, 3>& want) {
+  double worst = 0;
+  const index_t rows = got.extent(0), d = got.extent(1);
+  for (index_t r = 0; r < rows; ++r) {
+    double num = 0, den = 0;
+    for (index_t c = 0; c < d; ++c) {
+      const double a = got(r, c).to_float(), b = want.data[static_cast<std::size_t>(r * d + c)].to_float();
+      num += (a - b) * (a - b);
+      den += b * b;
+    }
+    worst = std::max(worst, den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+  }
+  return worst;
+}
+
+}  // namespace model_detail
+
+/// Replays the golden model in `dir` on backend `be`: dsa::model::transformer<B> must be complete
+/// where this is instantiated (dsa/model/transformer.hpp for host backends,
+/// dsa/model/cuda/transformer.cuh for dsa::cuda_backend). The observer's views are host views on
+/// every backend, so the comparisons below are the same code for all.
+template <class B>
+model_case_result run_model_case(const B& be, const std::filesystem::path& dir) {
+  using namespace model_detail;
+  model_case_result out;
+  out.result.name = "model";
+  const dsa::safetensors_file exp = dsa::safetensors_file::open(dir / "expected.safetensors");
+  auto m = dsa::model::transformer<B>::load(dir, be);
+  const auto& cfg = m.config();
+  const index_t n_layers = m.num_layers();
+
+  const auto prompt = expected<std::int64_t, 2>(exp, "prompt");
+  const auto generated = expected<std::int64_t, 2>(exp, "generated");
+  if (prompt.extent(0) != 1 || generated.extent(0) != 1) {
+    throw input_error("dsa_validate: " + exp.path().string() + ": prompt and generated must have batch 1");
+  }
+  const index_t len = prompt.extent(1), steps = generated.extent(1);
+  auto seq = m.new_sequence(len + steps);
+
+  // Per step and layer: our top-k rows, as the I64 tensors of the expected file.
+  std::vector<std::vector<host_tensor<std::int64_t, 3>>> topk(static_cast<std::size_t>(steps + 1));
+  std::vector<host_tensor<dsa::bf16, 3>> ffn_out, residual;
+  auto observe = [&](index_t step) {
+    dsa::model::forward_options o;
+    o.max_chunk = len;  // the reference prefills in one piece
+    o.observer = [&, step](const dsa::model::layer_trace& tr) {
+      const index_t rows = tr.topk.extent(0);
+      const index_t k = std::min<index_t>(cfg.index_topk, tr.start + rows);
+      auto t = host_tensor<std::int64_t, 3>::zeros({1, rows, k});
+      for (index_t r = 0; r < rows; ++r) {
+        for (index_t j = 0; j < k; ++j) t.data[static_cast<std::size_t>(r * k + j)] = tr.topk(r, j);
+      }
+      topk[static_cast<std::size_t>(step)].push_back(std::move(t));
+      if (step == 0) {
+        auto copy = [&](dsa::host_view<const dsa::bf16, 2> v) {
+          auto h = host_tensor<dsa::bf16, 3>::zeros({1, v.extent(0), v.extent(1)});
+          for (index_t r = 0; r < v.extent(0); ++r) std::memcpy(&h.data[static_cast<std::size_t>(r * v.extent(1))], v.row(r), sizeof(dsa::bf16) * v.extent(1));
+          return h;
+        };
+        ffn_out.push_back(copy(tr.ffn_out));
+        residual.push_back(copy(tr.residual));
+      }
+    };
+    return o;
+  };
+
+  std::vector<std::vector<float>> logits;
+  logits.push_back(m.forward(seq, prompt.span(), observe(0)));
+  for (index_t s = 0; s < steps; ++s) {
+    const std::int64_t tok = generated.data[static_cast<std::size_t>(s)];
+    logits.push_back(m.forward(seq, std::span<const std::int64_t>(&tok, 1), observe(s + 1)));
+  }
+
+  // Logits: cosine (one comparison per step) and argmax (one comparison over all steps).
+  int mismatches = 0;
+  for (index_t s = 0; s <= steps; ++s) {
+    const std::string name = "step" + std::to_string(s) + ".logits";
+    const auto want = expected<float, 2>(exp, name);
+    if (want.extent(0) != 1 || want.extent(1) != cfg.vocab_size) {
+      throw input_error("dsa_validate: " + exp.path().string() + ": " + name + " shape = " +
+                        dsa::format_shape(want.shape) + "; expected [1, vocab_size]");
+    }
+    const auto& got = logits[static_cast<std::size_t>(s)];
+    const double c = cosine(got, want.span());
+    const bool same = argmax(got) == argmax(want.span());
+    out.cosines.push_back(c);
+    out.argmax_match.push_back(same ? 1 : 0);
+    out.argmax_got.push_back(argmax(got));
+    out.argmax_want.push_back(argmax(want.span()));
+    mismatches += same ? 0 : 1;
+    out.result.comparisons.push_back({name, "1 - cosine", 1.0 - c, 1.0 - model_min_cosine, c >= model_min_cosine});
+    out.diagnostics.push_back(name + ": cosine " + fmt(c, 6) + ", argmax " + std::to_string(argmax(got)) +
+                              (same ? " (agrees)" : " (expected " + std::to_string(argmax(want.span())) + ")"));
+    host_tensor<float, 2> g;
+    g.shape = {1, cfg.vocab_size};
+    g.data = got;
+    out.result.outputs.push_back(make_output(name, g));
+  }
+  out.result.comparisons.push_back({"step*.logits", "argmax mismatches", double(mismatches), model_max_argmax_mismatches,
+                                    mismatches <= model_max_argmax_mismatches});
+
+  // Prefill top-k agreement per layer; decode top-k reported as diagnostics.
+  for (index_t l = 0; l < n_layers; ++l) {
+    const std::string name = "step0.layer" + std::to_string(l) + ".topk";
+    const auto want = expected<std::int64_t, 3>(exp, name);
+    const auto& got = topk[0][static_cast<std::size_t>(l)];
+    if (want.shape != got.shape) {
+      throw input_error("dsa_validate: " + exp.path().string() + ": " + name + " shape = " +
+                        dsa::format_shape(want.shape) + "; expected " + dsa::format_shape(got.shape));
+    }
+    const index_t rows = want.extent(1), k = want.extent(2);
+    double sum = 0;
+    for (index_t r = 0; r < rows; ++r) {
+      std::set<std::int64_t> w, g;
+      for (index_t j = 0; j < k; ++j) {
+        const std::int64_t e = want.data[static_cast<std::size_t>(r * k + j)];
+        if (e >= 0 && e <= r) w.insert(e);
+        const std::int64_t o = got.data[static_cast<std::size_t>(r * k + j)];
+        if (o >= 0) g.insert(o);
+      }
+      std::size_t common = 0;
+      for (std::int64_t e : w) common += g.count(e);
+      sum += w.empty() ? 1.0 : double(common) / double(std::max(w.size(), g.size()));
+    }
+    const double agree = sum / double(rows);
+    out.topk_agreement.push_back(agree);
+    out.result.comparisons.push_back(
+        {name, "1 - mean set agreement", 1.0 - agree, 1.0 - model_min_topk_agreement, agree >= model_min_topk_agreement});
+    out.result.outputs.push_back(make_output(name, got));
+    // Diagnostics: the block outputs of the prefill.
+    const auto eo = expected<dsa::bf16, 3>(exp, "step0.layer" + std::to_string(l) + ".ffn_out");
+    const auto er = expected<dsa::bf16, 3>(exp, "step0.layer" + std::to_string(l) + ".residual");
+    const auto& go = ffn_out[static_cast<std::size_t>(l)];
+    const auto& gr = residual[static_cast<std::size_t>(l)];
+    if (eo.shape == go.shape && er.shape == gr.shape) {
+      const dsa::host_view<const dsa::bf16, 2> gov(go.data.data(), {go.extent(1), go.extent(2)});
+      const dsa::host_view<const dsa::bf16, 2> grv(gr.data.data(), {gr.extent(1), gr.extent(2)});
+      out.diagnostics.push_back("step0.layer" + std::to_string(l) + ": top-k agreement " + fmt(agree, 4) +
+                                ", max row rel err ffn_out " + fmt(max_row_rel_err(gov, eo), 4) + ", residual " +
+                                fmt(max_row_rel_err(grv, er), 4));
+    }
+    out.result.outputs.push_back(make_output("step0.layer" + std::to_string(l) + ".ffn_out", go));
+    out.result.outputs.push_back(make_output("step0.layer" + std::to_string(l) + ".residual", gr));
+  }
+  for (index_t s = 1; s <= steps; ++s) {
+    double sum = 0;
+    for (index_t l = 0; l < n_layers; ++l) {
+      const std::string name = "step" + std::to_string(s) + ".layer" + std::to_string(l) + ".topk";
+      const auto& got = topk[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)];
+      out.result.outputs.push_back(make_output(name, got));
+      const dsa::tensor_info* t = exp.find(name);
+      if (!t) continue;
+      const auto want = expected<std::int64_t, 3>(exp, name);
+      if (want.shape != got.shape) continue;
+      std::set<std::int64_t> w(want.data.begin(), want.data.end()), g(got.data.begin(), got.data.end());
+      std::size_t common = 0;
+      for (std::int64_t e : w) common += g.count(e);
+      sum += double(common) / double(std::max<std::size_t>(1, w.size()));
+    }
+    out.diagnostics.push_back("step" + std::to_string(s) + ": decode top-k agreement (mean over layers) " +
+                              fmt(sum / double(std::max<index_t>(1, n_layers)), 4));
+  }
+  return out;
+}
+
+}  // namespace dsa_validate
