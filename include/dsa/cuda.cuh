@@ -16,7 +16,6 @@
 #include "dsa/cuda/error.hpp"
 #include "dsa/cuda/memory.cuh"
 
-#include "dsa/cuda/arch/block.cuh"
 #include "dsa/cuda/arch/fp8.cuh"
 #include "dsa/cuda/arch/warp.cuh"
 

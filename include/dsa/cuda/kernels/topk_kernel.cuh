@@ -8,8 +8,8 @@
 //             (the CPU's walk), so the threshold key T and the number r of T-valued elements to
 //             take are the CPU's;
 //   emission  the row again in index order, a block-wide chunk at a time: every key > T and the
-//             first r keys == T, placed by an exclusive scan, so the output is ascending and ties
-//             go to the smaller index, as on the CPU. Fewer than k selectable: all of them, then -1.
+//             first r keys == T, placed by an exclusive scan (cub::BlockScan), so the output is
+//             ascending and ties go to the smaller index, as on the CPU. Fewer than k selectable: all of them, then -1.
 // The results are integers and equal the CPU backend's exactly. Histogram updates are
 // warp-aggregated (__match_any_sync) because scores of one row often share their top bytes.
 //
@@ -23,9 +23,10 @@
 
 #include <cstdint>
 
+#include <cub/block/block_scan.cuh>
+
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
-#include "dsa/cuda/arch/block.cuh"
 #include "dsa/cuda/arch/warp.cuh"
 #include "dsa/numerics/paging.hpp"
 #include "dsa/numerics/topk.hpp"
@@ -75,14 +76,18 @@ DSA_DEVICE DSA_FORCEINLINE std::int32_t output_position(const topk_params& p, in
 
 }  // namespace topk_detail
 
+// (Threads, 1): without a minimum-blocks bound ptxas aimed for full occupancy at 32 registers and
+// spilled to local memory around the block scan.
 template <int Threads>
-__global__ void __launch_bounds__(Threads) topk_kernel(const topk_params p) {
+__global__ void __launch_bounds__(Threads, 1) topk_kernel(const topk_params p) {
   static_assert(Threads % 32 == 0 && Threads <= 1024);
   __shared__ std::uint32_t hist[topk_radix_buckets];
   __shared__ std::uint32_t selectable;
   __shared__ std::uint32_t threshold_prefix;
   __shared__ std::uint32_t remaining_shared;
-  __shared__ cuda_arch::block_scan_storage<Threads> scan;
+  // Warp scans, then a scan of the warp totals (the smallest shared storage of CUB's scans).
+  using block_scan = cub::BlockScan<std::uint32_t, Threads, cub::BLOCK_SCAN_WARP_SCANS>;
+  __shared__ typename block_scan::TempStorage scan;
   const int tid = static_cast<int>(threadIdx.x);
 
   for (index_t t = blockIdx.x; t < p.rows; t += gridDim.x) {
@@ -159,10 +164,11 @@ __global__ void __launch_bounds__(Threads) topk_kernel(const topk_params p) {
       if (j < len) key = topk_radix_key(x[j]);
       const bool gt = key > threshold;
       const bool tie = key == threshold && key != topk_unselectable_key;
-      std::uint32_t total = 0;
       // Low half: keys > T before this thread; high half: ties before it (each < 2^16).
-      const std::uint32_t before = cuda_arch::block_exclusive_sum<Threads>((gt ? 1u : 0u) | (tie ? 0x10000u : 0u),
-                                                                          scan, total);
+      std::uint32_t before = 0, total = 0;
+      block_scan(scan).ExclusiveSum((gt ? 1u : 0u) | (tie ? 0x10000u : 0u), before, total);
+      // Every thread has its result before the next chunk's scan reuses the storage.
+      __syncthreads();
       const std::uint32_t ties_left = remaining > ties_seen ? remaining - ties_seen : 0u;
       const std::uint32_t ties_before = before >> 16;
       const bool take = gt || (tie && ties_before < ties_left);
