@@ -1,6 +1,8 @@
-// Walsh-Hadamard transform: the indexer's rotate_activation shape (n = 128, bf16, 64K rows,
-// scale 128^-0.5) and a long fp32 row (n = 4096). Baseline: the textbook scalar O(n log n)
-// butterfly loop, one row at a time on one thread (checked to give the op's exact bits).
+// Walsh-Hadamard transform: the indexer's rotate_activation shape (n = 128, 64K rows, scale
+// 128^-0.5) and long rows (n = 4096, 1024 rows), each in bf16 and fp32, on 1 and 2 threads.
+// Baseline: the textbook scalar O(n log n) butterfly loop in place on an fp32 row, one row at a
+// time on one thread, compiled in this file with the same flags (checked to give the op's exact
+// bits). bytes/s counts the input read and the output written.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -30,6 +32,14 @@ struct problem {
 
 const problem<dsa::bf16>& bf16_128() {
   static const problem<dsa::bf16> p(65536, 128);
+  return p;
+}
+const problem<float>& f32_128() {
+  static const problem<float> p(65536, 128);
+  return p;
+}
+const problem<dsa::bf16>& bf16_4096() {
+  static const problem<dsa::bf16> p(1024, 4096);
   return p;
 }
 const problem<float>& f32_4096() {
@@ -64,7 +74,7 @@ void scalar_fwht(const problem<T>& p, T* y) {
   }
 }
 
-// Arg: threads (0 = every hardware thread).
+// Arg: threads.
 template <class T>
 void run_op(benchmark::State& state, const problem<T>& p) {
   std::vector<T> y(p.x.size());
@@ -97,12 +107,20 @@ void run_baseline(benchmark::State& state, const problem<T>& p) {
 
 void BM_hadamard_bf16_n128(benchmark::State& state) { run_op(state, bf16_128()); }
 void BM_hadamard_bf16_n128_scalar_baseline(benchmark::State& state) { run_baseline(state, bf16_128()); }
+void BM_hadamard_f32_n128(benchmark::State& state) { run_op(state, f32_128()); }
+void BM_hadamard_f32_n128_scalar_baseline(benchmark::State& state) { run_baseline(state, f32_128()); }
+void BM_hadamard_bf16_n4096(benchmark::State& state) { run_op(state, bf16_4096()); }
+void BM_hadamard_bf16_n4096_scalar_baseline(benchmark::State& state) { run_baseline(state, bf16_4096()); }
 void BM_hadamard_f32_n4096(benchmark::State& state) { run_op(state, f32_4096()); }
 void BM_hadamard_f32_n4096_scalar_baseline(benchmark::State& state) { run_baseline(state, f32_4096()); }
 
-BENCHMARK(BM_hadamard_bf16_n128)->ArgName("threads")->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
-BENCHMARK(BM_hadamard_bf16_n128_scalar_baseline)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
-BENCHMARK(BM_hadamard_f32_n4096)->ArgName("threads")->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
-BENCHMARK(BM_hadamard_f32_n4096_scalar_baseline)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
+#define DSA_HADAMARD_BENCH(op)                                                                                     \
+  BENCHMARK(op)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2); \
+  BENCHMARK(op##_scalar_baseline)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2)
+DSA_HADAMARD_BENCH(BM_hadamard_bf16_n128);
+DSA_HADAMARD_BENCH(BM_hadamard_f32_n128);
+DSA_HADAMARD_BENCH(BM_hadamard_bf16_n4096);
+DSA_HADAMARD_BENCH(BM_hadamard_f32_n4096);
+#undef DSA_HADAMARD_BENCH
 
 }  // namespace

@@ -1,10 +1,16 @@
 // Machine limits measured in the same run as the kernels, so every kernel figure can be stated
 // as a fraction of what this CPU can do: peak fp32 FMA throughput and memory bandwidth
-// (STREAM-style copy and triad over arrays far larger than the last-level cache).
+// (STREAM-style copy and triad over arrays far larger than the last-level cache), and the fixed
+// cost of one cpu_detail::parallel_for call (the pooled workers) next to starting and joining a
+// std::thread per chunk (what parallel_for did before the pool).
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <vector>
+
+#include "dsa/cpu/parallel.hpp"
 
 namespace {
 
@@ -57,5 +63,30 @@ void BM_bandwidth_triad(benchmark::State& state) {
       benchmark::Counter(3.0 * kStreamFloats * sizeof(float), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_bandwidth_triad)->UseRealTime()->MinTime(0.5);
+
+// One parallel_for over 2 chunks with an empty body: the pool's dispatch and completion cost.
+void BM_parallel_for_overhead(benchmark::State& state) {
+  const dsa::cpu_backend be{static_cast<int>(state.range(0))};
+  std::atomic<dsa::index_t> sink{0};
+  for (auto _ : state) {
+    dsa::cpu_detail::parallel_for(be, 1024, 1, [&](dsa::index_t b, dsa::index_t e) { sink.fetch_add(e - b, std::memory_order_relaxed); });
+  }
+  benchmark::DoNotOptimize(sink.load());
+}
+BENCHMARK(BM_parallel_for_overhead)->ArgName("threads")->Arg(2)->Arg(4)->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+
+// Baseline: the same work split by starting a std::thread per extra chunk and joining it.
+void BM_parallel_spawn_baseline(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  std::atomic<dsa::index_t> sink{0};
+  for (auto _ : state) {
+    std::vector<std::thread> workers;
+    for (int c = 1; c < threads; ++c) workers.emplace_back([&] { sink.fetch_add(1, std::memory_order_relaxed); });
+    sink.fetch_add(1, std::memory_order_relaxed);
+    for (auto& w : workers) w.join();
+  }
+  benchmark::DoNotOptimize(sink.load());
+}
+BENCHMARK(BM_parallel_spawn_baseline)->ArgName("threads")->Arg(2)->Arg(4)->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 
 }  // namespace

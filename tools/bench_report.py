@@ -5,7 +5,14 @@ docs/performance.md: every kernel figure next to the machine limits measured in 
 benchmarked beside it (scalar loops, std::nth_element / std::sort, dense attention) and the
 1 -> 2 thread scaling, and optional plots (per-file bars, cost against context length).
 
-usage: tools/bench_report.py RESULTS_DIR [--plots OUT_DIR]
+usage: tools/bench_report.py RESULTS_DIR [--plots OUT_DIR] [--time real|cpu]
+
+--time cpu reports the CPU time of the benchmark's main thread instead of the wall-clock time:
+on a loaded machine it is the figure the load does not distort, but it is meaningful only for
+single-threaded runs (threads:1 and the baselines); the rates (FLOP/s, bytes/s) stay wall-clock.
+
+The CUDA benchmarks' JSON (bench_cuda_*.json) is left out of these tables and gets its own section,
+with the GPU's measured limits and the published anchors: tools/bench_report_cuda.py.
 """
 import argparse
 import json
@@ -19,6 +26,8 @@ def load(results_dir):
     runs = {}
     context = None
     for path in sorted(pathlib.Path(results_dir).glob("*.json")):
+        if path.stem.startswith("bench_cuda_"):
+            continue  # the GPU section (bench_report_cuda.py): other limits, other anchors
         data = json.loads(path.read_text())
         context = context or data.get("context")
         rows = [b for b in data.get("benchmarks", []) if b.get("run_type", "iteration") == "iteration"]
@@ -56,9 +65,13 @@ def peak_for(b, lim):
     return lim.get("fma_peak")
 
 
+# Which time column the tables use: "real_time" (wall clock) or "cpu_time" (main thread), see --time.
+TIME_KEY = "real_time"
+
+
 def seconds(b):
     scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b.get("time_unit", "ns")]
-    return b["real_time"] * scale
+    return b[TIME_KEY] * scale
 
 
 def family(b):
@@ -109,7 +122,7 @@ def ratios(runs, lim):
         sp_base = None
         if base:
             sp_base = dict(base)
-            sp_base["real_time"] = base["real_time"] * (a["m"] * a["n"]) / (1 * 8192)
+            sp_base[TIME_KEY] = base[TIME_KEY] * (a["m"] * a["n"]) / (1 * 8192)
         row("indexer", f"m {a['m']}, n {a['n']}, threads {a.get('threads', '-')}", b, "scalar loop (scaled)", sp_base,
             pct(b.get("FLOP/s"), peak_for(b, lim)) + " of FMA peak")
     for b in runs.get("bench_topk", []):
@@ -118,9 +131,15 @@ def ratios(runs, lim):
         a = args_of(b)
         nth = find(runs["bench_topk"], "BM_topk_nth_element_baseline", m=a["m"], n=a["n"])
         srt = find(runs["bench_topk"], "BM_topk_full_sort_baseline", m=a["m"], n=a["n"])
-        case = f"m {a['m']}, n {a['n']}"
+        case = f"m {a['m']}, n {a['n']}, threads {a.get('threads', '-')}"
         row("top-k", case, b, "std::nth_element", nth, "-")
         row("top-k", case, b, "std::sort", srt, "-")
+    for b in runs.get("bench_machine", []):
+        if family(b) != "BM_parallel_for_overhead":
+            continue
+        a = args_of(b)
+        spawn = find(runs["bench_machine"], "BM_parallel_spawn_baseline", threads=a.get("threads"))
+        row("parallel_for", f"empty body, threads {a.get('threads', '-')}", b, "std::thread per chunk", spawn, "-")
     mla = runs.get("bench_sparse_mla_attention", [])
     for b in mla:
         f = family(b)
@@ -173,7 +192,7 @@ def si(x, unit):
 
 
 def time_str(b):
-    t = b["real_time"]
+    t = b[TIME_KEY]
     unit = b.get("time_unit", "ns")
     scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
     sec = t * scale
@@ -206,10 +225,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results_dir")
     ap.add_argument("--plots", help="directory for PNG plots (needs matplotlib)")
+    ap.add_argument("--time", choices=("real", "cpu"), default="real",
+                    help="wall-clock time (default) or the main thread's CPU time (single-threaded runs on a loaded machine)")
     args = ap.parse_args()
+    global TIME_KEY
+    TIME_KEY = "cpu_time" if args.time == "cpu" else "real_time"
     context, runs = load(args.results_dir)
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from bench_report_cuda import gpu_report
+    gpu = gpu_report(args.results_dir)
     if not runs:
-        sys.exit(f"no benchmark JSON in {args.results_dir}")
+        if gpu is None:
+            sys.exit(f"no benchmark JSON in {args.results_dir}")
+        print(gpu)
+        return
     lim = limits(runs)
     if context:
         print(f"Host: {context.get('host_name', '?')}, {context.get('num_cpus', '?')} CPUs at "
@@ -222,6 +251,8 @@ def main():
     for name, rows in runs.items():
         if name != "bench_machine":
             print(table(name, rows, lim))
+    if gpu is not None:
+        print(gpu)
     if args.plots:
         plot(runs, pathlib.Path(args.plots))
 
@@ -236,7 +267,7 @@ def plot(runs, out_dir):
             continue
         fig, ax = plt.subplots(figsize=(9, max(2.5, 0.3 * len(rows))))
         labels = [b["name"] for b in rows]
-        ax.barh(labels, [b["real_time"] for b in rows])
+        ax.barh(labels, [b[TIME_KEY] for b in rows])
         ax.set_xscale("log")
         ax.set_xlabel(f"time ({rows[0].get('time_unit', 'ns')})")
         ax.invert_yaxis()

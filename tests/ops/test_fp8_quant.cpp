@@ -1,11 +1,14 @@
 // act_quant / act_dequant / weight_quant / weight_dequant: front-end checks and CPU results.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <type_traits>
 #include <vector>
 
 #include "dsa/cpu/fp8_quant.hpp"
@@ -320,6 +323,112 @@ TEST_CASE("the CPU backend's branch-free e4m3 encode equals the core conversion"
   for (std::uint32_t a = 0; a <= 0x43E00000u; a += 1021u) check(a);
   check(0x7F800000u);  // inf saturates
   CHECK(dsa::cpu_detail::fp8_quant_encode_clamped(-std::numeric_limits<float>::quiet_NaN()) == 0x7F);
+}
+
+TEST_CASE("the CPU backend's vector group loops equal the scalar numerics for every bf16 and special floats") {
+  // fp8_quant_group / fp8_quant_abs_max / fp8_dequant_range run 16 (or 32) lanes at a time with
+  // AVX-512 and fall back to the scalar loop for the tail; both must give quantize_e4m3's,
+  // abs_max's and dequantize_e4m3's bits. Lengths that are not multiples of the vector width
+  // exercise the tails.
+  std::vector<float> all;  // every bf16 pattern
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) all.push_back(std::bit_cast<float>(b << 16));
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  std::vector<float> random_floats;  // every fp32 bit pattern class: subnormals, NaN payloads, ...
+  for (int i = 0; i < 200000; ++i) random_floats.push_back(std::bit_cast<float>(bits(rng)));
+  for (float v : {0.0f, -0.0f, 448.0f, -448.0f, 464.0f, 1e-30f, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    random_floats.push_back(v);
+  }
+  const std::vector<float> scales = {1.0f, 0x1p-10f, 0x1p-22f, 0x1p20f, 0x1p-126f, 0x1p126f, 3.0f / 448.0f, 1e-4f / 448.0f,
+                                     0.37f, 1e-38f, 0x1p-140f, std::numeric_limits<float>::infinity(),
+                                     std::numeric_limits<float>::quiet_NaN(), 0.0f};
+  auto check_quant = [&](const auto& x, float s, index_t len) {
+    using T = typename std::decay_t<decltype(x)>::value_type;
+    std::vector<fp8_e4m3> q(static_cast<std::size_t>(len));
+    dsa::cpu_detail::fp8_quant_group(x.data(), len, s, q.data());
+    for (index_t i = 0; i < len; ++i) {
+      const auto want = dsa::quantize_e4m3(dsa::to_float(x[static_cast<std::size_t>(i)]), s).bits;
+      if (q[static_cast<std::size_t>(i)].bits != want) {
+        FAIL_CHECK("x bits " << std::bit_cast<std::uint32_t>(dsa::to_float(x[static_cast<std::size_t>(i)])) << ", s " << s
+                             << ": got " << int(q[static_cast<std::size_t>(i)].bits) << ", want " << int(want));
+        return;
+      }
+    }
+    const float got_amax = dsa::cpu_detail::fp8_quant_abs_max(x.data(), len);
+    const float want_amax = dsa::abs_max(x.data(), len);
+    CHECK(std::bit_cast<std::uint32_t>(got_amax) == std::bit_cast<std::uint32_t>(want_amax));
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>);
+  };
+  const auto all_bf16 = dsa_test::convert<bf16>(all);
+  for (float s : scales) {
+    CAPTURE(s);
+    check_quant(all_bf16, s, static_cast<index_t>(all_bf16.size()));
+    check_quant(all, s, static_cast<index_t>(all.size()));
+    check_quant(random_floats, s, static_cast<index_t>(random_floats.size()));
+  }
+  // Tails: every length up to 80 on a NaN-free slice, for both input types.
+  for (index_t len = 0; len <= 80; ++len) {
+    check_quant(std::vector<float>(random_floats.begin(), random_floats.begin() + len), 0x1p-3f, len);
+    check_quant(std::vector<bf16>(all_bf16.begin() + 0x3C00, all_bf16.begin() + 0x3C00 + len), 0x1p-3f, len);
+  }
+
+  // Dequantization: every code (twice, so 512 values span 32 vectors) times each scale, to float
+  // and to bf16.
+  std::vector<fp8_e4m3> codes_all;
+  for (int rep = 0; rep < 2; ++rep) {
+    for (int c = 0; c < 256; ++c) codes_all.push_back(fp8_e4m3::from_bits(static_cast<std::uint8_t>(c)));
+  }
+  const float* values = dsa::cpu_detail::fp8_quant_e4m3_values();
+  for (float s : scales) {
+    for (float s_signed : {s, -s}) {
+      CAPTURE(s_signed);
+      for (index_t len : {index_t{512}, index_t{509}, index_t{17}, index_t{3}}) {
+        std::vector<float> yf(static_cast<std::size_t>(len));
+        std::vector<bf16> yb(static_cast<std::size_t>(len));
+        dsa::cpu_detail::fp8_dequant_range(codes_all.data(), len, s_signed, yf.data(), values);
+        dsa::cpu_detail::fp8_dequant_range(codes_all.data(), len, s_signed, yb.data(), values);
+        for (index_t i = 0; i < len; ++i) {
+          const fp8_e4m3 c = codes_all[static_cast<std::size_t>(i)];
+          const float want = dsa::dequantize_e4m3(c, s_signed);
+          if (std::isnan(s_signed) && std::isnan(c.to_float())) {
+            // NaN * NaN: IEEE leaves the choice of NaN to the implementation (x86 returns the
+            // first operand, and the compiler may order them either way); only NaN is promised.
+            REQUIRE(std::isnan(yf[static_cast<std::size_t>(i)]));
+            REQUIRE(std::isnan(yb[static_cast<std::size_t>(i)].to_float()));
+            continue;
+          }
+          REQUIRE(std::bit_cast<std::uint32_t>(yf[static_cast<std::size_t>(i)]) == std::bit_cast<std::uint32_t>(want));
+          REQUIRE(yb[static_cast<std::size_t>(i)].bits == bf16(want).bits);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("act_quant / act_dequant of a large batch equal the same rows quantized a few at a time") {
+  // Large batches split over threads and prefetch the next row while quantizing one; neither may
+  // change a bit. Rows of 8192 + 128 columns are not multiples of 64 bytes.
+  const index_t rows = 2048, cols = 8192 + 128;
+  const auto xf = wide_data(rows, cols, 128, 5);
+  const auto x = dsa_test::convert<bf16>(xf);
+  const auto big = run_act_quant(dsa::cpu_backend{2}, x, rows, cols, dsa::act_quant_config{scale_format::ue8m0, 128});
+  // The same rows quantized in small batches (below the threshold) must agree.
+  for (index_t r0 : {index_t{0}, index_t{1000}, rows - 3}) {
+    const std::vector<bf16> part(x.begin() + r0 * cols, x.begin() + (r0 + 3) * cols);
+    const auto small = run_act_quant(dsa::cpu_backend{1}, part, 3, cols, dsa::act_quant_config{scale_format::ue8m0, 128});
+    CHECK(std::equal(small.q.begin(), small.q.end(), big.q.begin() + r0 * cols));
+    CHECK(std::equal(small.s.begin(), small.s.end(), big.s.begin() + r0 * (cols / 128)));
+  }
+  std::vector<bf16> y(x.size());
+  dsa::act_dequant(dsa::cpu_backend{2}, dsa::make_view(big.q.data(), {rows, cols}),
+                   dsa::make_view(big.s.data(), {rows, cols / 128}), dsa::make_view(y.data(), {rows, cols}));
+  for (index_t r : {index_t{0}, index_t{777}, rows - 1}) {
+    std::vector<bf16> ys(static_cast<std::size_t>(cols));
+    dsa::act_dequant(dsa::cpu_backend{1}, dsa::make_view(big.q.data() + r * cols, {1, cols}),
+                     dsa::make_view(big.s.data() + r * (cols / 128), {1, cols / 128}), dsa::make_view(ys.data(), {1, cols}));
+    CHECK(std::equal(ys.begin(), ys.end(), y.begin() + r * cols));
+  }
 }
 
 TEST_CASE("bad arguments are rejected with a clear dsa::error") {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "dsa/cpu/hadamard.hpp"
@@ -208,6 +209,86 @@ TEST_CASE("the CPU paths reproduce the shared numerics bit for bit") {
         REQUIRE(std::bit_cast<std::uint32_t>(y[static_cast<std::size_t>(r * n + j)]) == std::bit_cast<std::uint32_t>(expect));
       }
     }
+  }
+}
+
+TEST_CASE("every power of two 16..32768 (the AVX-512 register path) reproduces the shared numerics") {
+  // Strides below 16 permute lanes of one register and use an FMA by +-1; longer rows go through
+  // radix-8/4/2 passes. Special values check that each output sees exactly the scalar adds and
+  // subtracts: signed zeros, infinities (inf - inf = NaN), overflow to inf, subnormals.
+  const float inf = std::numeric_limits<float>::infinity();
+  for (index_t n = 16; n <= 32768; n *= 2) {
+    CAPTURE(n);
+    const index_t rows = n >= 8192 ? 3 : 5;
+    auto x = dsa_test::normal(static_cast<std::size_t>(rows * n), 900 + static_cast<std::uint64_t>(n), 2.0f);
+    // Row 1: signed zeros and subnormals; row 2: a few infinities and huge values.
+    for (index_t j = 0; j < n; ++j) {
+      float& v = x[static_cast<std::size_t>(n + j)];
+      v = (j % 3 == 0) ? -0.0f : (j % 3 == 1) ? 0.0f : std::ldexp(v, -140);
+      float& w = x[static_cast<std::size_t>(2 * n + j)];
+      if (j % 97 == 5) w = (j % 2) ? inf : -inf;
+      if (j % 89 == 7) w = 3e38f;
+    }
+    for (float scale : {1.0f, 1.0f / std::sqrt(static_cast<float>(n))}) {
+      CAPTURE(scale);
+      std::vector<float> y(x.size());
+      dsa::hadamard_transform(dsa::cpu_backend{1}, dsa::make_view(x.data(), {rows, n}), dsa::make_view(y.data(), {rows, n}),
+                              scale);
+      const auto xb = dsa_test::convert<bf16>(x);
+      std::vector<bf16> yb(xb.size());
+      dsa::hadamard_transform(dsa::cpu_backend{1}, dsa::make_view(xb.data(), {rows, n}), dsa::make_view(yb.data(), {rows, n}),
+                              scale);
+      const dsa::hadamard_plan plan = dsa::make_hadamard_plan(n);
+      std::vector<float> row(static_cast<std::size_t>(n)), rowb(static_cast<std::size_t>(n));
+      for (index_t r = 0; r < rows; ++r) {
+        for (index_t j = 0; j < n; ++j) {
+          row[static_cast<std::size_t>(j)] = x[static_cast<std::size_t>(r * n + j)];
+          rowb[static_cast<std::size_t>(j)] = xb[static_cast<std::size_t>(r * n + j)].to_float();
+        }
+        dsa::hadamard_apply(plan, row.data());
+        dsa::hadamard_apply(plan, rowb.data());
+        for (index_t j = 0; j < n; ++j) {
+          const float want = row[static_cast<std::size_t>(j)] * scale;
+          const float got = y[static_cast<std::size_t>(r * n + j)];
+          const bf16 want_b(rowb[static_cast<std::size_t>(j)] * scale);
+          const bf16 got_b = yb[static_cast<std::size_t>(r * n + j)];
+          if (std::isnan(want)) {
+            // Which NaN an operation on two NaNs returns is up to the compiler's operand order.
+            REQUIRE(std::isnan(got));
+          } else {
+            REQUIRE(std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want));
+          }
+          if (std::isnan(want_b.to_float())) {
+            REQUIRE(std::isnan(got_b.to_float()));
+          } else {
+            REQUIRE(got_b.bits == want_b.bits);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("rows holding a NaN give the same bits in place and out of place") {
+  // Such rows leave the vector path (which may already have used an fp32 output row as its
+  // scratch) for the scalar loops. Every output of such a row is NaN, so what can differ is
+  // only which input NaN's payload each output carries: in place and out of place must agree.
+  for (index_t n : {128, 256, 4096}) {
+    CAPTURE(n);
+    const index_t rows = 4;
+    auto x = dsa_test::normal(static_cast<std::size_t>(rows * n), 1200 + static_cast<std::uint64_t>(n));
+    // Two NaNs with different payloads in one 128-block (which of them reaches an output depends
+    // on the order of the operations), and one in the last block of another row.
+    x[static_cast<std::size_t>(n + 3)] = std::bit_cast<float>(0x7FC00001u);
+    x[static_cast<std::size_t>(n + 70)] = std::bit_cast<float>(0xFFC12345u);
+    x[static_cast<std::size_t>(3 * n + n - 5)] = -std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> y(x.size());
+    dsa::hadamard_transform(dsa::cpu_backend{1}, dsa::make_view(x.data(), {rows, n}), dsa::make_view(y.data(), {rows, n}), 0.5f);
+    std::vector<float> inplace = x;
+    auto v = dsa::make_view(inplace.data(), {rows, n});
+    dsa::hadamard_transform(dsa::cpu_backend{1}, v, v, 0.5f);
+    CHECK(same_bits(inplace, y));
+    for (index_t j = 0; j < n; ++j) CHECK(std::isnan(y[static_cast<std::size_t>(n + j)]));  // a NaN reaches every output
   }
 }
 

@@ -32,8 +32,8 @@ std::vector<std::int32_t> run_topk(const std::vector<float>& scores, index_t m, 
 }
 
 void check_rows(const std::vector<float>& scores, index_t m, index_t n, const std::vector<std::int32_t>& ranges,
-                index_t k) {
-  const auto ours = run_topk(scores, m, n, ranges, k);
+                index_t k, const dsa::cpu_backend& be = dsa::cpu) {
+  const auto ours = run_topk(scores, m, n, ranges, k, be);
   for (index_t t = 0; t < m; ++t) {
     const auto expect = dsa_test::topk_reference(scores.data() + t * n, ranges[2 * t], ranges[2 * t + 1], k);
     const std::vector<std::int32_t> got(ours.begin() + t * k, ours.begin() + (t + 1) * k);
@@ -134,6 +134,112 @@ TEST_CASE("topk_indices is identical for every thread count") {
   const auto ranges = full_ranges(m, n);
   const auto one = run_topk(scores, m, n, ranges, 40, dsa::cpu_backend{1});
   CHECK(run_topk(scores, m, n, ranges, 40, dsa::cpu_backend{4}) == one);
+}
+
+TEST_CASE("topk_indices: long rows split over the threads equal the oracle for every thread count") {
+  // Rows >= cpu_detail::topk_split_min with fewer rows than threads are split over column
+  // chunks; odd lengths and starts exercise the vector loops' tails and unaligned chunks.
+  const index_t n = 40001;
+  std::mt19937_64 rng(21);
+  std::uniform_int_distribution<int> kind(0, 9);
+  std::uniform_int_distribution<int> few(0, 3);
+  auto normal = dsa_test::normal(static_cast<std::size_t>(n), 5, 2.0f);
+  std::vector<std::vector<float>> rows;
+  rows.push_back(normal);  // smooth
+  {
+    std::vector<float> r(static_cast<std::size_t>(n));
+    for (auto& x : r) x = 0.5f * static_cast<float>(few(rng));  // heavy ties
+    rows.push_back(r);
+  }
+  {
+    auto r = normal;  // NaN / -inf / +inf laden: 40% unselectable
+    for (auto& x : r) {
+      const int c = kind(rng);
+      if (c == 0 || c == 1) x = qnan;
+      if (c == 2 || c == 3) x = -inf;
+      if (c == 4) x = inf;
+    }
+    rows.push_back(r);
+  }
+  {
+    auto r = normal;  // almost all unselectable: fewer selectable than k
+    for (std::size_t j = 0; j < r.size(); ++j) {
+      if (j % 37 != 0) r[j] = (j % 2) ? qnan : -inf;
+    }
+    rows.push_back(r);
+  }
+  rows.push_back(std::vector<float>(static_cast<std::size_t>(n), 1.5f));  // all equal
+  rows.push_back(std::vector<float>(static_cast<std::size_t>(n), qnan));  // nothing selectable
+  {
+    std::vector<float> r(static_cast<std::size_t>(n));
+    for (auto& x : r) x = -std::ldexp(1.0f + 0.001f * static_cast<float>(few(rng)), -130);  // negative subnormals, -0.0
+    r[100] = -0.0f;
+    r[40000] = 0.0f;
+    rows.push_back(r);
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    for (const std::vector<std::int32_t>& range : {std::vector<std::int32_t>{0, 40001}, std::vector<std::int32_t>{3, 39990}}) {
+      for (index_t k : {1, 2048, 30000}) {
+        for (int threads : {1, 2, 3, 8}) {
+          CAPTURE(i);
+          CAPTURE(threads);
+          check_rows(rows[i], 1, n, range, k, dsa::cpu_backend{threads});
+        }
+      }
+    }
+  }
+  // Several rows, fewer than the threads: each row is split in turn.
+  std::vector<float> three;
+  for (int i = 0; i < 3; ++i) three.insert(three.end(), rows[static_cast<std::size_t>(i)].begin(), rows[static_cast<std::size_t>(i)].end());
+  check_rows(three, 3, n, {0, 40001, 7, 40001, 0, 20000}, 2048, dsa::cpu_backend{4});
+}
+
+TEST_CASE("topk passes: the vectorised keys, histogram and candidate lists equal the scalar definition") {
+  // Special values and random bit patterns (NaN payloads of both signs, +-inf, +-0, subnormals).
+  std::vector<float> x = {0.0f, -0.0f, inf, -inf, qnan, -qnan, 1.0f, -1.0f, 3e38f, -3e38f, 1e-45f, -1e-45f};
+  std::mt19937_64 rng(77);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  while (x.size() < 1000) {
+    const std::uint32_t u = bits(rng);
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  for (std::uint32_t u : {0x7F800001u, 0xFF800001u, 0x7FFFFFFFu, 0xFFFFFFFFu, 0x00000001u, 0x80000001u, 0x80000000u}) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  for (index_t len : std::vector<index_t>{0, 1, 15, 16, 17, 255, 256, 257, 300, static_cast<index_t>(x.size())}) {
+    CAPTURE(len);
+    std::vector<std::uint32_t> hist(dsa::cpu_detail::topk_cpu_buckets0), want_hist(hist.size(), 0);
+    index_t want_zeros = 0;
+    std::vector<std::uint32_t> want_keys;
+    for (index_t j = 0; j < len; ++j) {
+      const std::uint32_t key = dsa::topk_radix_key(x[static_cast<std::size_t>(j)]);
+      want_keys.push_back(key);
+      ++want_hist[key >> dsa::cpu_detail::topk_cpu_shift0];
+      want_zeros += key == 0 ? 1 : 0;
+    }
+    CHECK(dsa::cpu_detail::topk_histogram(x.data(), len, hist.data()) == want_zeros);
+    CHECK(hist == want_hist);
+    for (std::uint32_t lo : {0u, 1u, 0x80000000u, 0xC0000000u}) {
+      CAPTURE(lo);
+      std::vector<std::uint32_t> pos(static_cast<std::size_t>(len + dsa::cpu_detail::topk_segment_pad));
+      std::vector<std::uint32_t> keys(pos.size());
+      const index_t count = dsa::cpu_detail::topk_collect(x.data(), len, lo, 1000, pos.data(), keys.data());
+      std::vector<std::uint32_t> want_pos, want_sel;
+      for (index_t j = 0; j < len; ++j) {
+        if (want_keys[static_cast<std::size_t>(j)] >= lo) {
+          want_pos.push_back(static_cast<std::uint32_t>(1000 + j));
+          want_sel.push_back(want_keys[static_cast<std::size_t>(j)]);
+        }
+      }
+      REQUIRE(count == static_cast<index_t>(want_pos.size()));
+      CHECK(std::vector<std::uint32_t>(pos.begin(), pos.begin() + count) == want_pos);
+      CHECK(std::vector<std::uint32_t>(keys.begin(), keys.begin() + count) == want_sel);
+    }
+  }
 }
 
 TEST_CASE("topk_indices front-end checks") {

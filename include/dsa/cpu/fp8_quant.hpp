@@ -1,11 +1,26 @@
 // CPU backend of the FP8 quantizers: the shared numerics, split over independent rows (or
 // 128-row block rows for weights), so results are bit-identical for every thread count.
+//
+// With AVX-512 the group loops run 16 elements per instruction: the amax is an unsigned max of
+// the |x| bit patterns (NaN-propagating, as numerics/fp8_quant.hpp defines it), the encode is
+// the branch-free integer form of fp8_quant_encode_clamped lane by lane, and the decode builds
+// each e4m3 value from its code's bits (no table). Every lane performs exactly the scalar
+// operations, so the results are bit-identical to the scalar path (tested over every bf16
+// pattern, special values and random floats, and odd group lengths).
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define DSA_FP8_QUANT_AVX512 1
+#else
+#define DSA_FP8_QUANT_AVX512 0
+#endif
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
@@ -17,6 +32,12 @@
 DSA_NAMESPACE_BEGIN
 
 namespace cpu_detail {
+
+// Prefetches [p, p + bytes) into the caches.
+inline void fp8_quant_prefetch(const void* p, index_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (index_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b);
+}
 
 // Rows per task so that a task touches about 64K elements.
 inline index_t fp8_quant_grain(index_t cols) { return std::max<index_t>(1, (index_t{1} << 16) / std::max<index_t>(cols, 1)); }
@@ -38,6 +59,98 @@ DSA_FORCEINLINE std::uint8_t fp8_quant_encode_clamped(float v) {
   return static_cast<std::uint8_t>(a > 0x7F800000u ? 0x7Fu : (sign | code));
 }
 
+#if DSA_FP8_QUANT_AVX512
+// 16 elements of x as fp32 bit patterns.
+DSA_FORCEINLINE __m512i fp8_quant_load16(const float* x) { return _mm512_loadu_si512(static_cast<const void*>(x)); }
+DSA_FORCEINLINE __m512i fp8_quant_load16(const bf16* x) {
+  return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), 16);
+}
+
+// The clamp of fp8_quant_group and fp8_quant_encode_clamped on 16 lanes; the 16 codes. The
+// clamp to +-448 is folded into the final min(code, 0x7E): the normal-range formula is monotonic
+// in |v| and gives 0x7E at 448, so every |v| >= 448 (inf included) ends at 0x7E either way.
+DSA_FORCEINLINE __m128i fp8_quant_encode16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+  // Normal range: round the 20 dropped mantissa bits to nearest even, rebias by 127 - 7
+  // (subtracted before the shift: a >= 2^-6 keeps the sum positive).
+  const __m512i normal = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x7FFFF - ((127 - 7) << 23))),
+                       _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1))),
+      20);
+  // Below 2^-6: the FPU rounds |v| + 2^14 to a multiple of 2^-9 (round to nearest even).
+  const __m512i subnormal = _mm512_sub_epi32(
+      _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(16384.0f))), _mm512_set1_epi32(0x46800000));
+  __m512i code = _mm512_mask_mov_epi32(subnormal, _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x3C800000)), normal);
+  code = _mm512_min_epu32(code, _mm512_set1_epi32(0x7E));
+  // | sign (bit 31 -> bit 7); NaN -> 0x7F whatever its sign.
+  code = _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80), 0xF8);  // a | (b & c)
+  code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7F800000)), _mm512_set1_epi32(0x7F));
+  return _mm512_cvtepi32_epi8(code);
+}
+
+// fp8_e4m3::from_bits(c).to_float() for 16 codes (the low byte of each lane).
+DSA_FORCEINLINE __m512 fp8_quant_decode16(__m512i c) {
+  const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
+  // Normal codes: exponent field + (127 - 7), mantissa shifted into place, in one add.
+  const __m512i normal = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32((127 - 7) << 23));
+  // Subnormal codes (exponent field 0): mantissa * 2^-9, exact.
+  const __m512 sub =
+      _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_castsi512_ps(_mm512_set1_epi32((127 - 9) << 23)));
+  __m512i m = _mm512_mask_mov_epi32(normal, _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(8)), _mm512_castps_si512(sub));
+  m = _mm512_mask_mov_epi32(m, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F)),
+                            _mm512_set1_epi32(0x7FC00000));
+  // The sign: -m flips the sign bit (NaN included), as the scalar negation does.
+  m = _mm512_ternarylogic_epi32(m, _mm512_slli_epi32(c, 24), _mm512_set1_epi32(static_cast<int>(0x80000000u)), 0x78);  // a ^ (b & c)
+  return _mm512_castsi512_ps(m);
+}
+
+// Stores 16 fp32 values as float or bf16 (bf16::from_float_bits on each lane).
+DSA_FORCEINLINE void fp8_quant_store16(float* y, __m512 v) { _mm512_storeu_ps(y, v); }
+DSA_FORCEINLINE void fp8_quant_store16(bf16* y, __m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i hi = _mm512_srli_epi32(u, 16);
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  const __m512i b = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_cvtepi32_epi16(b));
+}
+#endif
+
+// abs_max(x, len) of numerics/fp8_quant.hpp: the unsigned max of the |x| bit patterns.
+template <class T>
+float fp8_quant_abs_max(const T* x, index_t len) {
+  std::uint32_t m = 0;
+  index_t i = 0;
+#if DSA_FP8_QUANT_AVX512
+  if constexpr (std::is_same_v<T, bf16>) {
+    // On the 16-bit patterns directly, 32 per instruction (abs_bits is the same max shifted).
+    if (len >= 32) {
+      const __m512i abs_mask = _mm512_set1_epi16(0x7FFF);
+      __m512i mv = _mm512_setzero_si512();
+      for (; i + 32 <= len; i += 32) {
+        mv = _mm512_max_epu16(mv, _mm512_and_si512(_mm512_loadu_si512(static_cast<const void*>(x + i)), abs_mask));
+      }
+      const __m512i wide = _mm512_max_epu32(_mm512_srli_epi32(mv, 16), _mm512_and_si512(mv, _mm512_set1_epi32(0xFFFF)));
+      m = _mm512_reduce_max_epu32(wide) << 16;
+    }
+  } else {
+    if (len >= 16) {
+      const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+      __m512i mv = _mm512_setzero_si512();
+      for (; i + 16 <= len; i += 16) mv = _mm512_max_epu32(mv, _mm512_and_si512(fp8_quant_load16(x + i), abs_mask));
+      m = _mm512_reduce_max_epu32(mv);
+    }
+  }
+#endif
+  for (; i < len; ++i) {
+    const std::uint32_t a = abs_bits(x[i]);
+    m = a > m ? a : m;
+  }
+  return detail::bits_float(m);
+}
+
 // quantize_e4m3(x, s) for a whole group: the quotient and clamp of numerics/fp8_quant.hpp, then
 // the branch-free encode. A power-of-two s with a normal reciprocal (every ue8m0 scale) divides
 // by multiplying with 1 / s: both round the same exact value x * 2^-k, so the bits agree.
@@ -45,16 +158,33 @@ template <class T>
 void fp8_quant_group(const T* x, index_t len, float s, fp8_e4m3* q) {
   const std::uint32_t sb = detail::float_bits(s);
   const std::uint32_t exp = (sb >> 23) & 0xFFu;
-  if ((sb & 0x807FFFFFu) == 0u && exp >= 1u && exp <= 253u) {
-    const float inv = detail::bits_float((254u - exp) << 23);
-    for (index_t i = 0; i < len; ++i) {
+  const bool pow2 = (sb & 0x807FFFFFu) == 0u && exp >= 1u && exp <= 253u;
+  const float inv = detail::bits_float((254u - exp) << 23);
+  index_t i = 0;
+#if DSA_FP8_QUANT_AVX512
+  if (pow2) {
+    const __m512 iv = _mm512_set1_ps(inv);
+    for (; i + 16 <= len; i += 16) {
+      const __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(fp8_quant_load16(x + i)), iv);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), fp8_quant_encode16(v));
+    }
+  } else {
+    const __m512 sv = _mm512_set1_ps(s);
+    for (; i + 16 <= len; i += 16) {
+      const __m512 v = _mm512_div_ps(_mm512_castsi512_ps(fp8_quant_load16(x + i)), sv);  // IEEE division
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), fp8_quant_encode16(v));
+    }
+  }
+#endif
+  if (pow2) {
+    for (; i < len; ++i) {
       float v = to_float(x[i]) * inv;
       v = v < -e4m3_max ? -e4m3_max : v;
       v = v > e4m3_max ? e4m3_max : v;
       q[i].bits = fp8_quant_encode_clamped(v);
     }
   } else {
-    for (index_t i = 0; i < len; ++i) {
+    for (; i < len; ++i) {
       float v = detail::div_rn(to_float(x[i]), s);
       v = v < -e4m3_max ? -e4m3_max : v;
       v = v > e4m3_max ? e4m3_max : v;
@@ -73,6 +203,23 @@ inline const float* fp8_quant_e4m3_values() {
   return table.data();
 }
 
+// y[i] = from_float<T>(dequantize_e4m3(q[i], s)) for i in [0, len).
+template <class T>
+void fp8_dequant_range(const fp8_e4m3* q, index_t len, float s, T* y, const float* values) {
+  index_t i = 0;
+#if DSA_FP8_QUANT_AVX512
+  // A NaN scale stays on the scalar loop: NaN code * NaN scale returns one of the two NaNs, and
+  // which one depends on the operand order the compiler picks for each loop.
+  const __m512 sv = _mm512_set1_ps(s);
+  const bool nan_scale = (detail::float_bits(s) & 0x7FFFFFFFu) > 0x7F800000u;
+  for (; !nan_scale && i + 16 <= len; i += 16) {
+    const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i)));
+    fp8_quant_store16(y + i, _mm512_mul_ps(fp8_quant_decode16(c), sv));
+  }
+#endif
+  for (; i < len; ++i) y[i] = from_float<T>(values[q[i].bits] * s);
+}
+
 }  // namespace cpu_detail
 
 template <>
@@ -87,8 +234,18 @@ struct op_impl<cpu_backend, act_quant_op> {
         const T* xr = x.row(r);
         fp8_e4m3* qr = q.row(r);
         float* sr = s.row(r);
+        // All the row's scales first, then all its groups: the scale of a group is a long
+        // dependency chain (the amax reduction, then the scalar act_quant_scale), and computed
+        // back to back the chains of different groups overlap instead of stalling each
+        // group's quantization. The row (14 KB of bf16 at V3.2's 7168) stays in L1 between.
         for (index_t k = 0; k * g < cols; ++k) {
-          sr[k] = act_quant_scale(abs_max(xr + k * g, g), cfg.format);
+          sr[k] = act_quant_scale(cpu_detail::fp8_quant_abs_max(xr + k * g, g), cfg.format);
+        }
+        // The next row is prefetched group by group meanwhile: its amax pass starts with a long
+        // chain per group and would otherwise wait on memory at every group.
+        const T* next = r + 1 < end ? x.row(r + 1) : nullptr;
+        for (index_t k = 0; k * g < cols; ++k) {
+          if (next != nullptr) cpu_detail::fp8_quant_prefetch(next + k * g, g * static_cast<index_t>(sizeof(T)));
           cpu_detail::fp8_quant_group(xr + k * g, g, sr[k], qr + k * g);
         }
       }
@@ -108,9 +265,10 @@ struct op_impl<cpu_backend, act_dequant_op> {
         const fp8_e4m3* qr = q.row(r);
         const float* sr = s.row(r);
         T* yr = y.row(r);
+        const fp8_e4m3* next = r + 1 < end ? q.row(r + 1) : nullptr;
         for (index_t k = 0; k * group_size < cols; ++k) {
-          const float sk = sr[k];
-          for (index_t j = k * group_size; j < (k + 1) * group_size; ++j) yr[j] = from_float<T>(values[qr[j].bits] * sk);
+          if (next != nullptr) cpu_detail::fp8_quant_prefetch(next + k * group_size, group_size);
+          cpu_detail::fp8_dequant_range(qr + k * group_size, group_size, sr[k], yr + k * group_size, values);
         }
       }
     });
@@ -173,7 +331,9 @@ struct op_impl<cpu_backend, weight_dequant_op> {
         const fp8_e4m3* qr = q.row(r);
         const float* sr = s.row(r / blk);
         T* wr = w.row(r);
-        for (index_t c = 0; c < cols; ++c) wr[c] = from_float<T>(values[qr[c].bits] * sr[c / blk]);
+        for (index_t c0 = 0; c0 < cols; c0 += blk) {
+          cpu_detail::fp8_dequant_range(qr + c0, std::min(blk, cols - c0), sr[c0 / blk], wr + c0, values);
+        }
       }
     });
   }

