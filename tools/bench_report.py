@@ -44,17 +44,28 @@ def limits(runs):
             threads = b.get("threads", 1)
             lim[f"fma_peak_{threads}t"] = b["FLOP/s"]
             lim["fma_peak"] = max(lim.get("fma_peak", 0.0), b["FLOP/s"])
-        elif name.startswith("BM_bandwidth_copy"):
-            lim["bw_copy"] = b["bytes/s"]
-        elif name.startswith("BM_bandwidth_triad"):
-            lim["bw_triad"] = b["bytes/s"]
-    lim["bandwidth"] = max(lim.get("bw_copy", 0.0), lim.get("bw_triad", 0.0))
+        elif name.startswith("BM_bandwidth_copy") or name.startswith("BM_bandwidth_triad"):
+            kind = "bw_copy" if "copy" in name else "bw_triad"
+            threads = b.get("threads", 1)
+            lim[f"{kind}_{threads}t"] = b["bytes/s"]
+            lim[kind] = max(lim.get(kind, 0.0), b["bytes/s"])
+    # The bandwidth limit of a thread count: the better of copy and triad on that many threads.
+    for key in ("", "_1t", "_2t"):
+        best = max(lim.get("bw_copy" + key, 0.0), lim.get("bw_triad" + key, 0.0))
+        if best:
+            lim["bandwidth" + key] = best
     return lim
 
 
 def args_of(b):
     """The benchmark's named arguments, e.g. {'s': 1, 'L': 32768, 'threads': 2}."""
     return {k: int(v) for k, v in re.findall(r"([A-Za-z_]+):(-?\d+)", b["name"]) if k not in ("min_time",)}
+
+
+def bandwidth_for(b, lim):
+    """The bandwidth probe of the threads the benchmark ran on: its `threads` argument, else all."""
+    t = args_of(b).get("threads")
+    return lim.get(f"bandwidth_{t}t") or lim.get("bandwidth")
 
 
 def peak_for(b, lim):
@@ -98,7 +109,6 @@ def ratios(runs, lim):
     def pct(x, lim_v):
         return f"{100 * x / lim_v:.0f}%" if x and lim_v else "-"
 
-    bw = lim.get("bandwidth")
     for b in runs.get("bench_hadamard", []):
         f = family(b)
         if f.endswith("baseline"):
@@ -106,13 +116,13 @@ def ratios(runs, lim):
         base = find(runs["bench_hadamard"], f + "_scalar_baseline")
         a = args_of(b)
         row("hadamard", f"{f[len('BM_hadamard_'):]}, threads {a.get('threads', '-')}", b, "scalar loop", base,
-            pct(b.get("bytes/s"), bw) + " of bandwidth")
+            pct(b.get("bytes/s"), bandwidth_for(b, lim)) + " of bandwidth")
     for b in runs.get("bench_fp8_quant", []):
         if family(b).endswith("baseline"):
             continue
         a = args_of(b)
         row("fp8 quant", f"{family(b)[3:]}, threads {a.get('threads', '-')}", b, "-", None,
-            pct(b.get("bytes/s"), bw) + " of bandwidth")
+            pct(b.get("bytes/s"), bandwidth_for(b, lim)) + " of bandwidth")
     for b in runs.get("bench_lightning_indexer", []):
         if family(b) != "BM_lightning_indexer_scores":
             continue
@@ -210,7 +220,8 @@ def table(name, rows, lim):
         bytes_ = b.get("bytes/s")
         peak = peak_for(b, lim)
         pf = f"{100 * flops / peak:.0f}%" if flops and peak else "-"
-        pb = f"{100 * bytes_ / lim['bandwidth']:.0f}%" if bytes_ and lim.get("bandwidth") else "-"
+        bw = bandwidth_for(b, lim)
+        pb = f"{100 * bytes_ / bw:.0f}%" if bytes_ and bw else "-"
         skip = {"FLOP/s", "bytes/s"}
         standard = {"name", "run_name", "run_type", "repetitions", "repetition_index", "threads", "iterations",
                     "real_time", "cpu_time", "time_unit", "family_index", "per_family_instance_index",
@@ -245,7 +256,8 @@ def main():
               f"{context.get('mhz_per_cpu', '?')} MHz, library build {context.get('library_build_type', '?')}.\n")
     print("Machine limits measured in the same run: "
           f"fp32 FMA peak {si(lim.get('fma_peak_1t'), 'FLOP/s')} (1 thread), {si(lim.get('fma_peak'), 'FLOP/s')} (all); "
-          f"memory bandwidth copy {si(lim.get('bw_copy'), 'B/s')}, triad {si(lim.get('bw_triad'), 'B/s')}.\n")
+          f"memory bandwidth copy {si(lim.get('bw_copy_1t'), 'B/s')} (1 thread), {si(lim.get('bw_copy'), 'B/s')} (all), "
+          f"triad {si(lim.get('bw_triad_1t'), 'B/s')} (1 thread), {si(lim.get('bw_triad'), 'B/s')} (all).\n")
     print(ratios(runs, lim))
     print(scaling(runs))
     for name, rows in runs.items():
