@@ -11,8 +11,8 @@
 //                                    index_topk 128: attention reads 128 of the L cached rows
 //   BM_forward_decode_dense_baseline the same checkpoint with index_topk >= L: every cached row
 //                                    is selected, i.e. MLA decode without sparse attention
-// Counters: tokens/s from the MEDIAN iteration (each op of the forward pass starts and joins its
-// worker threads, so on a shared machine one descheduled worker can stall a whole iteration; the
+// Counters: tokens/s from the MEDIAN iteration (each op of the forward pass waits for its pooled
+// workers, so on a shared machine one descheduled worker can stall a whole iteration; the
 // median ignores such outliers, the reported mean time does not), and the per-phase share of
 // the time (indexer, topk, attention, moe, other) from the transformer's phase_times.
 #include <benchmark/benchmark.h>

@@ -3,7 +3,8 @@
 docs/performance.md: every kernel figure next to the machine limits measured in the same run
 (bench_machine: fp32 FMA peak, copy/triad bandwidth), the ratios of each kernel to the baseline
 benchmarked beside it (scalar loops, std::nth_element / std::sort, dense attention) and the
-1 -> 2 thread scaling, and optional plots (per-file bars, cost against context length).
+1 -> 2 thread scaling, and optional plots (per-file bars, cost against context length, thread
+scaling).
 
 usage: tools/bench_report.py RESULTS_DIR [--plots OUT_DIR] [--time real|cpu]
 
@@ -172,9 +173,9 @@ def ratios(runs, lim):
     return "\n".join(out) + "\n"
 
 
-def scaling(runs):
-    """Time on 1 thread / time on 2 (or all) threads for every benchmark run both ways."""
-    out = ["### Thread scaling", "", "| benchmark | 1 thread | 2 threads | speedup |", "|---|---:|---:|---:|"]
+def scaling_pairs(runs):
+    """(family, other args, 1-thread run, 2-thread (or all-thread) run) for every benchmark run both ways."""
+    pairs = []
     for name, rows in runs.items():
         for b in rows:
             a = args_of(b)
@@ -187,8 +188,15 @@ def scaling(runs):
                 if other:
                     break
             if other:
-                out.append(f"| `{family(b)}` {rest} | {time_str(b)} | {time_str(other)} | "
-                           f"{seconds(b) / seconds(other):.2f}x |")
+                pairs.append((family(b), rest, b, other))
+    return pairs
+
+
+def scaling(runs):
+    """Time on 1 thread / time on 2 (or all) threads for every benchmark run both ways."""
+    out = ["### Thread scaling", "", "| benchmark | 1 thread | 2 threads | speedup |", "|---|---:|---:|---:|"]
+    for fam, rest, b, other in scaling_pairs(runs):
+        out.append(f"| `{fam}` {rest} | {time_str(b)} | {time_str(other)} | {seconds(b) / seconds(other):.2f}x |")
     return "\n".join(out) + "\n"
 
 
@@ -288,6 +296,7 @@ def plot(runs, out_dir):
         fig.savefig(out_dir / f"{name}.png", dpi=110)
         plt.close(fig)
     plot_context(runs, out_dir, plt)
+    plot_scaling(runs, out_dir, plt)
 
 
 def plot_context(runs, out_dir, plt):
@@ -306,7 +315,7 @@ def plot_context(runs, out_dir, plt):
     if idx:
         series.append(("lightning indexer, 1 query", sorted(idx)))
     tk = [(args_of(b)["n"], seconds(b) * 1e3) for b in runs.get("bench_topk", [])
-          if family(b) == "BM_topk_indices" and args_of(b)["m"] == 1]
+          if family(b) == "BM_topk_indices" and args_of(b)["m"] == 1 and args_of(b).get("threads") == 2]
     if tk:
         series.append(("top-2048, 1 row", sorted(tk)))
     if not series:
@@ -323,6 +332,32 @@ def plot_context(runs, out_dir, plt):
     ax.set_title("CPU cost of one decode token against context length")
     fig.tight_layout()
     fig.savefig(out_dir / "context_cost.png", dpi=110)
+    plt.close(fig)
+
+
+def plot_scaling(runs, out_dir, plt):
+    """Speedup from 1 to 2 threads of every benchmark run both ways (the scaling table), against
+    the ideal 2x; the machine's probes are in the same figure."""
+    pairs = scaling_pairs(runs)
+    if not pairs:
+        return
+    labels = [fam[3:] + "".join(f" {k} {v}" for k, v in rest.items()) for fam, rest, _, _ in pairs]
+    speedups = [seconds(b) / seconds(other) for _, _, b, other in pairs]
+    colors = ["tab:gray" if fam.startswith(("BM_peak_fma", "BM_bandwidth")) else "tab:blue" for fam, _, _, _ in pairs]
+    fig, ax = plt.subplots(figsize=(8, max(3.0, 0.28 * len(pairs) + 1.2)))
+    ax.barh(labels, speedups, color=colors)
+    for y, v in enumerate(speedups):
+        ax.text(v + 0.02, y, f"{v:.2f}x", va="center", fontsize=7)
+    ax.axvline(2.0, color="k", linestyle=":", label="ideal 2x")
+    ax.axvline(1.0, color="tab:red", linestyle=":", label="no gain")
+    ax.set_xlim(0, max(2.6, max(speedups) + 0.3))
+    ax.set_xlabel("speedup, 2 threads over 1 (time on 1 / time on 2); grey: machine probes")
+    ax.invert_yaxis()
+    ax.tick_params(axis="y", labelsize=8)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("CPU thread scaling, 1 -> 2 threads")
+    fig.tight_layout()
+    fig.savefig(out_dir / "thread_scaling.png", dpi=110)
     plt.close(fig)
 
 
