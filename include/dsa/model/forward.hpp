@@ -6,6 +6,8 @@
 // dsa::model target.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -83,6 +85,30 @@ std::vector<std::int32_t> checked_forward_tokens(const Seq& seq, std::uint64_t o
     ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(tok);
   }
   return ids;
+}
+
+/// A new transformer's id, unique among the transformers of every backend in the process; its
+/// sequences carry it (owner()), so forward() can reject a sequence of another transformer.
+inline std::uint64_t next_transformer_id() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
+/// Calls chunk(begin, end, last) over [0, n) in consecutive pieces of at most max_chunk tokens
+/// (how forward() splits a long prefill); `last` is true for the piece that ends at n.
+template <class Chunk>
+void for_each_chunk(index_t n, index_t max_chunk, Chunk&& chunk) {
+  for (index_t b = 0; b < n; b += max_chunk) {
+    const index_t e = std::min(n, b + max_chunk);
+    chunk(b, e, e == n);
+  }
+}
+
+/// The positions start .. start + t - 1 of a chunk, as int32 (the ops' index type).
+inline std::vector<std::int32_t> chunk_positions(index_t start, index_t t) {
+  std::vector<std::int32_t> positions(static_cast<std::size_t>(t));
+  for (index_t i = 0; i < t; ++i) positions[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(start + i);
+  return positions;
 }
 
 }  // namespace forward_detail

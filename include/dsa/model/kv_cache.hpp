@@ -66,6 +66,14 @@ class layer_cache {
   std::vector<std::uint8_t> keys_;
 };
 
+/// The rows a sequence's caches grow to so that `rows` positions fit (rows > reserved): geometric
+/// growth from `reserved` (from `rows` the first time), capped at max_tokens.
+inline index_t grown_cache_rows(index_t reserved, index_t rows, index_t max_tokens) {
+  index_t target = reserved == 0 ? rows : reserved;
+  while (target < rows) target *= 2;
+  return target > max_tokens ? max_tokens : target;
+}
+
 /// One sequence: its length and the caches of every layer. Created by
 /// transformer::new_sequence(); advanced by transformer::forward().
 class sequence {
@@ -97,9 +105,7 @@ class sequence {
   /// Grows every layer's storage to hold `rows` positions (geometric growth).
   void reserve(index_t rows) {
     if (rows <= reserved_) return;
-    index_t target = reserved_ == 0 ? rows : reserved_;
-    while (target < rows) target *= 2;
-    if (target > max_tokens_) target = max_tokens_;
+    const index_t target = grown_cache_rows(reserved_, rows, max_tokens_);
     for (auto& l : layers_) l.reserve_rows(target);
     reserved_ = target;
   }

@@ -18,7 +18,6 @@
 // dsa::cuda_backend. Part of the dsa::model target.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -77,14 +76,9 @@ class transformer {
   }
 
   transformer(::dsa::model::weights w, Backend be) : w_(std::move(w)), be_(be) {
-    const auto& c = w_.config();
-    act_format_ = c.ue8m0_scales() ? scale_format::ue8m0 : scale_format::fp32;
-    rope_ = rope_config_of(c);
-    check_rope_config(rope_, "model::transformer");
-    check_moe_routing_config(moe_routing_config_of(c), c.n_routed_experts, true, "model::transformer");
+    settings_ = checked_layer_settings(w_.config());
     for (std::size_t l = 0; l < w_.layers.size(); ++l) decode_.push_back(std::make_unique<mla_decode_weights>());
-    static std::atomic<std::uint64_t> next_id{1};
-    id_ = next_id.fetch_add(1);
+    id_ = forward_detail::next_transformer_id();
   }
 
   transformer(transformer&&) noexcept = default;
@@ -110,11 +104,10 @@ class transformer {
     const index_t total_end = seq.length() + n;
     seq.reserve(total_end);
     std::vector<float> logits;
-    for (index_t b = 0; b < n; b += opt.max_chunk) {
-      const index_t e = std::min(n, b + opt.max_chunk);
-      logits = forward_chunk(seq, std::span<const std::int32_t>(ids.data() + b, static_cast<std::size_t>(e - b)),
-                             opt, total_end, e == n);
-    }
+    forward_detail::for_each_chunk(n, opt.max_chunk, [&](index_t b, index_t e, bool last) {
+      logits = forward_chunk(seq, std::span<const std::int32_t>(ids.data() + b, static_cast<std::size_t>(e - b)), opt,
+                             total_end, last);
+    });
     return logits;
   }
   template <class Token>
@@ -131,9 +124,8 @@ class transformer {
                                    index_t total_end, bool want_logits) {
     const auto& c = config();
     const index_t t = static_cast<index_t>(ids.size()), d = c.hidden_size, start = seq.length();
-    const layer_context<Backend> ctx{be_, c, act_format_, rope_, &times_};
-    std::vector<std::int32_t> positions(static_cast<std::size_t>(t));
-    for (index_t i = 0; i < t; ++i) positions[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(start + i);
+    const layer_context<Backend> ctx{be_, c, settings_.act_format, settings_.rope, &times_};
+    const std::vector<std::int32_t> positions = forward_detail::chunk_positions(start, t);
     const auto pos = make_view(static_cast<const std::int32_t*>(positions.data()), {t});
 
     // h: the block output (FFN output), residual: the bf16 residual stream, x: normed input.
@@ -186,8 +178,7 @@ class transformer {
 
   ::dsa::model::weights w_;
   Backend be_;
-  scale_format act_format_ = scale_format::ue8m0;
-  rope_config rope_;
+  layer_settings settings_{};
   std::vector<std::unique_ptr<mla_decode_weights>> decode_;
   ::dsa::model::phase_times times_;
   std::uint64_t id_ = 0;  // identifies the sequences this transformer made (survives moves)

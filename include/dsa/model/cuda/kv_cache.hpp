@@ -23,6 +23,7 @@
 #include "dsa/core/types.hpp"
 #include "dsa/cuda/error.hpp"
 #include "dsa/cuda/memory.hpp"
+#include "dsa/model/kv_cache.hpp"
 #include "dsa/numerics/kv_cache.hpp"
 
 DSA_NAMESPACE_BEGIN
@@ -111,9 +112,7 @@ class device_sequence {
   /// max_tokens), copying the filled positions on `stream`.
   void reserve(index_t rows, cudaStream_t stream) {
     if (rows <= reserved_) return;
-    index_t target = reserved_ == 0 ? rows : reserved_;
-    while (target < rows) target *= 2;
-    if (target > max_tokens_) target = max_tokens_;
+    const index_t target = grown_cache_rows(reserved_, rows, max_tokens_);
     for (auto& l : layers_) l.reserve_rows(target, length_, stream);
     reserved_ = target;
   }

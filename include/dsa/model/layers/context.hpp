@@ -19,6 +19,8 @@
 #include "dsa/numerics/fp8_quant.hpp"
 #include "dsa/numerics/rope.hpp"
 #include "dsa/ops/linear.hpp"
+#include "dsa/ops/moe_routing.hpp"
+#include "dsa/ops/rope.hpp"
 
 DSA_NAMESPACE_BEGIN
 namespace model {
@@ -84,6 +86,33 @@ inline rope_config rope_config_of(const ::dsa::model::config& c) {
     r.original_max_position = c.max_position_embeddings;  // YaRN off
   }
   return r;
+}
+
+/// The routing configuration of config.json.
+inline moe_routing_config moe_routing_config_of(const ::dsa::model::config& c) {
+  moe_routing_config r;
+  r.top_k = c.num_experts_per_tok;
+  r.n_group = c.n_group;
+  r.topk_group = c.topk_group;
+  r.scoring = moe_scoring::sigmoid;
+  r.norm_topk_prob = c.norm_topk_prob;
+  r.routed_scaling_factor = c.routed_scaling_factor;
+  return r;
+}
+
+/// What a transformer derives once from config.json for every layer, on any backend.
+struct layer_settings {
+  scale_format act_format;  ///< V3.2's scale_fmt: ue8m0 activation scales, else fp32
+  rope_config rope;
+};
+
+/// The layer settings of `c`, with the RoPE and MoE routing configurations checked (the
+/// messages name "model::transformer").
+inline layer_settings checked_layer_settings(const ::dsa::model::config& c) {
+  const layer_settings s{c.ue8m0_scales() ? scale_format::ue8m0 : scale_format::fp32, rope_config_of(c)};
+  check_rope_config(s.rope, "model::transformer");
+  check_moe_routing_config(moe_routing_config_of(c), c.n_routed_experts, true, "model::transformer");
+  return s;
 }
 
 /// y = x · W^T through a checkpoint weight: fp8_linear for FP8 weights (DeepSeek's act_quant +

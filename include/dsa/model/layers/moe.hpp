@@ -22,18 +22,6 @@
 DSA_NAMESPACE_BEGIN
 namespace model {
 
-/// The routing configuration of config.json.
-inline moe_routing_config moe_routing_config_of(const ::dsa::model::config& c) {
-  moe_routing_config r;
-  r.top_k = c.num_experts_per_tok;
-  r.n_group = c.n_group;
-  r.topk_group = c.topk_group;
-  r.scoring = moe_scoring::sigmoid;
-  r.norm_topk_prob = c.norm_topk_prob;
-  r.routed_scaling_factor = c.routed_scaling_factor;
-  return r;
-}
-
 /// The routing of t tokens to k experts each, grouped by expert (the layout of expert_out).
 struct expert_groups {
   std::vector<index_t> count;          ///< [n_experts] tokens routed to each expert
