@@ -34,6 +34,7 @@
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/ops/row_ranges.hpp"
+#include "dsa/ops/workspace.hpp"
 
 DSA_NAMESPACE_BEGIN
 
@@ -102,8 +103,8 @@ void check_indexer_kl_sparse(const char* op, const tensor_view<const float, 3, S
   check_no_overlap(op, "loss", loss, "grad_index", grad_index, false);
 }
 
-// The workspace of the CUDA-capable overloads: at least `need` bytes, contiguous, 16-byte aligned,
-// disjoint from every other argument (the kernels write it).
+// The workspace of the CUDA-capable overloads (check_workspace), disjoint from every other
+// argument.
 template <class Space>
 void check_indexer_kl_workspace(const char* op, const char* size_fn, index_t need,
                                 const tensor_view<std::byte, 1, Space>& ws,
@@ -112,14 +113,7 @@ void check_indexer_kl_workspace(const char* op, const char* size_fn, index_t nee
                                 const tensor_view<const std::int32_t, 2, Space>& keys, const char* keys_name,
                                 const tensor_view<float, 1, Space>& loss,
                                 const tensor_view<float, 2, Space>& grad_index) {
-  if (need == 0 && ws.is_absent()) return;
-  check_valid(op, "workspace", ws);
-  check(ws.extent(0) >= need, op, "workspace.extent(0)", ws.extent(0),
-        "at least " + std::string(size_fn) + " = " + std::to_string(need) + " bytes");
-  if (ws.extent(0) == 0) return;
-  check(ws.stride(0) == 1, op, "workspace.stride(0)", ws.stride(0), "1 (contiguous bytes)");
-  check(reinterpret_cast<std::uintptr_t>(ws.data_handle()) % 16 == 0, op, "workspace.data_handle() % 16",
-        reinterpret_cast<std::uintptr_t>(ws.data_handle()) % 16, "0 (16-byte aligned)");
+  if (!check_workspace(op, ws, need, size_fn)) return;
   check_no_overlap(op, "workspace", ws, "attn", attn, false);
   check_no_overlap(op, "workspace", ws, "index_scores", index_scores, false);
   check_no_overlap(op, "workspace", ws, keys_name, keys, false);

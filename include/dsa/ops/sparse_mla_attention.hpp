@@ -39,6 +39,7 @@
 #include "dsa/core/types.hpp"
 #include "dsa/numerics/kv_cache.hpp"
 #include "dsa/numerics/sparse_mla_attention.hpp"
+#include "dsa/ops/workspace.hpp"
 
 DSA_NAMESPACE_BEGIN
 
@@ -138,8 +139,8 @@ inline void check_sparse_mla_no_workspace(const sparse_mla_config& cfg) {
         "1 without a workspace (pass a workspace of sparse_mla_attention_workspace_size(...) bytes to split)");
 }
 
-// The workspace of the split-k overloads: large enough for config.num_splits, 16-byte aligned,
-// contiguous, and disjoint from every other argument (the kernels write it).
+// The workspace of the split-k overloads (check_workspace, sized for config.num_splits), disjoint
+// from every other argument.
 template <class Space, class O, class KV>
 void check_sparse_mla_workspace(const tensor_view<std::byte, 1, Space>& ws, const tensor_view<const bf16, 3, Space>& q,
                                 const tensor_view<const KV, 2, Space>& kv,
@@ -148,14 +149,7 @@ void check_sparse_mla_workspace(const tensor_view<std::byte, 1, Space>& ws, cons
                                 const sparse_mla_config& cfg, const tensor_view<float, 2, Space>& probs) {
   constexpr const char* op = sparse_mla_op_name;
   const index_t need = sparse_mla_workspace(q.extent(0), q.extent(1), cfg.d_v, cfg.num_splits).bytes;
-  if (need == 0 && ws.is_absent()) return;
-  check_valid(op, "workspace", ws);
-  check(ws.extent(0) >= need, op, "workspace.extent(0)", ws.extent(0),
-        "at least sparse_mla_attention_workspace_size(s, h, d_v, num_splits) = " + std::to_string(need) + " bytes");
-  if (need == 0) return;
-  check(ws.stride(0) == 1, op, "workspace.stride(0)", ws.stride(0), "1 (contiguous bytes)");
-  check(reinterpret_cast<std::uintptr_t>(ws.data_handle()) % 16 == 0, op, "workspace.data_handle() % 16",
-        reinterpret_cast<std::uintptr_t>(ws.data_handle()) % 16, "0 (16-byte aligned)");
+  if (!check_workspace(op, ws, need, "sparse_mla_attention_workspace_size(s, h, d_v, num_splits)")) return;
   check_no_overlap(op, "workspace", ws, "q", q, false);
   check_no_overlap(op, "workspace", ws, "kv", kv, false);
   check_no_overlap(op, "workspace", ws, "indices", indices, false);
