@@ -4,9 +4,13 @@
 // effect (the default outside strict ISO mode), and nvcc contracts by default; the same source
 // then rounds differently with and without -march=native, and on the two backends. Where the
 // dense ops' arithmetic follows a reference that rounds the product first (torch's eager
-// kernels), the product goes through mul_rn: on the host the product of two floats is exact in
-// double (24 + 24 significant bits), so rounding it to float is exactly the IEEE fp32 product,
-// and a double-to-float conversion cannot be fused with the following float addition.
+// kernels), the product goes through mul_rn. On the host the product of two floats is exact in
+// double (24 + 24 significant bits), so rounding it to float is exactly the IEEE fp32 product;
+// but g++ folds that back into a float multiply (it is exact to do so) and then contracts it
+// with the next addition when the target has FMA (-march=native), so there the product is
+// fma(a, b, -0), one rounding of a * b (x + -0 = x, signed zeros included), which no compiler
+// fuses with another operation and which still vectorises. Without hardware FMA, fma would be a
+// library call, and there is nothing to contract with anyway.
 #pragma once
 
 #include <cmath>
@@ -20,6 +24,8 @@ namespace detail {
 DSA_HOST_DEVICE DSA_FORCEINLINE float mul_rn(float a, float b) {
 #if DSA_DEVICE_COMPILE
   return __fmul_rn(a, b);
+#elif defined(__FMA__) || defined(__FP_FAST_FMAF) || defined(__aarch64__)
+  return std::fma(a, b, -0.0f);
 #else
   return static_cast<float>(static_cast<double>(a) * static_cast<double>(b));
 #endif
