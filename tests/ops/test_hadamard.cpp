@@ -314,6 +314,45 @@ TEST_CASE("bf16 output is the fp32 result rounded once") {
   }
 }
 
+TEST_CASE("bf16 narrowing rounds every kind of fp32 value like bf16(float)") {
+  // x = e_0 + 0.5 e_16 makes every output 1.5 or 0.5 (exact), in alternating blocks of 16, so
+  // with scale t the outputs are bf16(1.5 t) and bf16(0.5 t): the narrowing sees chosen fp32
+  // values, with 16-lane registers of either value side by side. The values: every low half that
+  // decides a rounding (ties to even either way, just below and above a tie) under high halves
+  // spanning subnormals, normals and the largest finite values (which round to infinity), so the
+  // AVX-512 path's one-instruction conversion and its subnormal fallback both meet them.
+  const std::uint32_t lows[] = {0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF};
+  std::vector<std::uint32_t> highs = {0x0000, 0x0001, 0x0002, 0x003F, 0x007F, 0x0080, 0x0081, 0x3F80, 0x3F81, 0x7F00, 0x7F7F};
+  std::uint32_t lcg = 12345;
+  for (int i = 0; i < 64; ++i) {
+    lcg = lcg * 1664525u + 1013904223u;
+    highs.push_back(lcg >> 16);
+  }
+  for (index_t n : {32, 256, 4096}) {
+    CAPTURE(n);
+    std::vector<bf16> x(static_cast<std::size_t>(n), bf16(0.0f));
+    x[0] = bf16(1.0f);
+    x[16] = bf16(0.5f);
+    std::vector<float> pattern(static_cast<std::size_t>(n), 0.0f);
+    pattern[0] = 1.0f;
+    pattern[16] = 0.5f;
+    dsa::hadamard_apply(dsa::make_hadamard_plan(n), pattern.data());
+    std::vector<bf16> y(x.size());
+    for (std::uint32_t high : highs) {
+      for (std::uint32_t sign : {0u, 0x80000000u}) {
+        for (std::uint32_t low : lows) {
+          const std::uint32_t bits = sign | ((high & 0x7FFFu) << 16) | low;
+          if (((bits >> 23) & 0xFFu) == 0xFFu) continue;  // scale must be finite
+          const float t = std::bit_cast<float>(bits);
+          CAPTURE(bits);
+          dsa::hadamard_transform(dsa::cpu_backend{1}, dsa::make_view(x.data(), {1, n}), dsa::make_view(y.data(), {1, n}), t);
+          for (index_t j = 0; j < n; ++j) REQUIRE(y[static_cast<std::size_t>(j)].bits == bf16(pattern[static_cast<std::size_t>(j)] * t).bits);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("in place equals out of place, and strided rows equal contiguous ones") {
   for (index_t n : {128, 4096, 12 * 16}) {
     CAPTURE(n);
