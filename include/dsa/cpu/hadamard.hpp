@@ -79,12 +79,15 @@ DSA_FORCEINLINE void hadamard_store32(bf16* y, __m512 lo, __m512 hi) {
   hadamard_store16(y + 16, hi);
 }
 
-// Asks for the cache lines of the `bytes` from p: to read (bf16 x ahead of the block pass) or
-// to write (the output row, which the last pass writes in 2^k streams far apart). Measured on
-// n = 4096, 1 thread (docs/performance.md): both together make bf16 1.3x faster, the write one
-// fp32 1.1x; a read prefetch makes fp32 slower at every distance tried (1-16 KB), so it has none.
-DSA_FORCEINLINE void hadamard_prefetch_read(const void* p, int bytes) {
-  for (int l = 0; l < bytes; l += 64) _mm_prefetch(static_cast<const char*>(p) + l, _MM_HINT_T0);
+// Asks for cache lines: to read (bf16 x ahead of the block pass) or to write (the output row,
+// which the last pass writes in 2^k streams far apart). Measured on n = 4096, 1 thread
+// (docs/performance.md): both together make bf16 1.3x faster, the write one fp32 1.1x; a read
+// prefetch makes fp32 slower at every distance tried (1-16 KB), so it has none.
+// The read address `ahead` bytes past p may lie beyond the input (a prefetch never faults), so
+// it is formed as an integer: pointer arithmetic past the end would be undefined.
+DSA_FORCEINLINE void hadamard_prefetch_read(const void* p, std::uintptr_t ahead, int bytes) {
+  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p) + ahead;
+  for (int l = 0; l < bytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(a + static_cast<std::uintptr_t>(l)), _MM_HINT_T0);
 }
 DSA_FORCEINLINE void hadamard_prefetch_write(const void* p, int bytes) {
   for (int l = 0; l < bytes; l += 64) _mm_prefetch(static_cast<const char*>(p) + l, _MM_HINT_ET0);
@@ -232,8 +235,8 @@ bool hadamard_row_avx512(const T* x, T* y, index_t n, float scale, float* s) {
   __mmask16 nan = 0;
   constexpr int block_bytes = 128 * sizeof(T);
   for (index_t b = 0; b < n; b += 128) {
-    // 4 KB ahead (within the row, then the next one's start; a prefetch never faults).
-    if constexpr (std::is_same_v<T, bf16>) hadamard_prefetch_read(reinterpret_cast<const char*>(x + b) + 4096, block_bytes);
+    // 4 KB ahead: later in the row, then the next row's start.
+    if constexpr (std::is_same_v<T, bf16>) hadamard_prefetch_read(x + b, 4096, block_bytes);
     hadamard_prefetch_write(y + b, block_bytes);
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
