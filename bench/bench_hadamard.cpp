@@ -1,5 +1,6 @@
 // Walsh-Hadamard transform: the indexer's rotate_activation shape (n = 128, 64K rows, scale
-// 128^-0.5) and long rows (n = 4096, 1024 rows), each in bf16 and fp32, on 1 and 2 threads.
+// 128^-0.5) and long rows (n = 4096, 1024 rows: L3-resident; and 256 MB of rows: from memory),
+// each in bf16 and fp32, on 1 and 2 threads.
 // Baseline: the textbook scalar O(n log n) butterfly loop in place on an fp32 row, one row at a
 // time on one thread, compiled in this file with the same flags (checked to give the op's exact
 // bits). bytes/s counts the input read and the output written.
@@ -44,6 +45,15 @@ const problem<dsa::bf16>& bf16_4096() {
 }
 const problem<float>& f32_4096() {
   static const problem<float> p(1024, 4096);
+  return p;
+}
+// The same rows with a working set of 256 MB (input + output), 8x the L3: from memory.
+const problem<dsa::bf16>& bf16_4096_from_memory() {
+  static const problem<dsa::bf16> p(16384, 4096);
+  return p;
+}
+const problem<float>& f32_4096_from_memory() {
+  static const problem<float> p(8192, 4096);
   return p;
 }
 
@@ -113,6 +123,8 @@ void BM_hadamard_bf16_n4096(benchmark::State& state) { run_op(state, bf16_4096()
 void BM_hadamard_bf16_n4096_scalar_baseline(benchmark::State& state) { run_baseline(state, bf16_4096()); }
 void BM_hadamard_f32_n4096(benchmark::State& state) { run_op(state, f32_4096()); }
 void BM_hadamard_f32_n4096_scalar_baseline(benchmark::State& state) { run_baseline(state, f32_4096()); }
+void BM_hadamard_bf16_n4096_from_memory(benchmark::State& state) { run_op(state, bf16_4096_from_memory()); }
+void BM_hadamard_f32_n4096_from_memory(benchmark::State& state) { run_op(state, f32_4096_from_memory()); }
 
 #define DSA_HADAMARD_BENCH(op)                                                                                     \
   BENCHMARK(op)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2); \
@@ -122,5 +134,7 @@ DSA_HADAMARD_BENCH(BM_hadamard_f32_n128);
 DSA_HADAMARD_BENCH(BM_hadamard_bf16_n4096);
 DSA_HADAMARD_BENCH(BM_hadamard_f32_n4096);
 #undef DSA_HADAMARD_BENCH
+BENCHMARK(BM_hadamard_bf16_n4096_from_memory)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_hadamard_f32_n4096_from_memory)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 
 }  // namespace
