@@ -31,31 +31,19 @@ struct problem {
   double flops() const { return static_cast<double>(rows) * static_cast<double>(n) * std::log2(static_cast<double>(n)); }
 };
 
-const problem<dsa::bf16>& bf16_128() {
-  static const problem<dsa::bf16> p(65536, 128);
+// One problem per shape, built on first use. n = 4096 with 1024 rows stays in the L3; the
+// _from_memory shapes hold 256 MB of input + output, 8x the L3.
+template <class T, dsa::index_t Rows, dsa::index_t N>
+const problem<T>& shape() {
+  static const problem<T> p(Rows, N);
   return p;
 }
-const problem<float>& f32_128() {
-  static const problem<float> p(65536, 128);
-  return p;
-}
-const problem<dsa::bf16>& bf16_4096() {
-  static const problem<dsa::bf16> p(1024, 4096);
-  return p;
-}
-const problem<float>& f32_4096() {
-  static const problem<float> p(1024, 4096);
-  return p;
-}
-// The same rows with a working set of 256 MB (input + output), 8x the L3: from memory.
-const problem<dsa::bf16>& bf16_4096_from_memory() {
-  static const problem<dsa::bf16> p(16384, 4096);
-  return p;
-}
-const problem<float>& f32_4096_from_memory() {
-  static const problem<float> p(8192, 4096);
-  return p;
-}
+const auto& bf16_128 = shape<dsa::bf16, 65536, 128>;
+const auto& f32_128 = shape<float, 65536, 128>;
+const auto& bf16_4096 = shape<dsa::bf16, 1024, 4096>;
+const auto& f32_4096 = shape<float, 1024, 4096>;
+const auto& bf16_4096_from_memory = shape<dsa::bf16, 16384, 4096>;
+const auto& f32_4096_from_memory = shape<float, 8192, 4096>;
 
 template <class T>
 void set_counters(benchmark::State& state, const problem<T>& p) {
