@@ -25,19 +25,15 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/cpu/avx512_io.hpp"
 #include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/prefetch.hpp"
 #include "dsa/numerics/fp8_quant.hpp"
 #include "dsa/ops/fp8_quant.hpp"
 
 DSA_NAMESPACE_BEGIN
 
 namespace cpu_detail {
-
-// Prefetches [p, p + bytes) into the caches.
-inline void fp8_quant_prefetch(const void* p, index_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (index_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b);
-}
 
 // Rows per task so that a task touches about 64K elements.
 inline index_t fp8_quant_grain(index_t cols) { return std::max<index_t>(1, (index_t{1} << 16) / std::max<index_t>(cols, 1)); }
@@ -60,12 +56,6 @@ DSA_FORCEINLINE std::uint8_t fp8_quant_encode_clamped(float v) {
 }
 
 #if DSA_FP8_QUANT_AVX512
-// 16 elements of x as fp32 bit patterns.
-DSA_FORCEINLINE __m512i fp8_quant_load16(const float* x) { return _mm512_loadu_si512(static_cast<const void*>(x)); }
-DSA_FORCEINLINE __m512i fp8_quant_load16(const bf16* x) {
-  return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), 16);
-}
-
 // The clamp of fp8_quant_group and fp8_quant_encode_clamped on 16 lanes; the 16 codes. The
 // clamp to +-448 is folded into the final min(code, 0x7E): the normal-range formula is monotonic
 // in |v| and gives 0x7E at 448, so every |v| >= 448 (inf included) ends at 0x7E either way.
@@ -105,17 +95,6 @@ DSA_FORCEINLINE __m512 fp8_quant_decode16(__m512i c) {
   return _mm512_castsi512_ps(m);
 }
 
-// Stores 16 fp32 values as float or bf16 (bf16::from_float_bits on each lane).
-DSA_FORCEINLINE void fp8_quant_store16(float* y, __m512 v) { _mm512_storeu_ps(y, v); }
-DSA_FORCEINLINE void fp8_quant_store16(bf16* y, __m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i hi = _mm512_srli_epi32(u, 16);
-  const __m512i rounded = _mm512_srli_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  const __m512i b = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_cvtepi32_epi16(b));
-}
 #endif
 
 // abs_max(x, len) of numerics/fp8_quant.hpp: the unsigned max of the |x| bit patterns.
@@ -139,7 +118,7 @@ float fp8_quant_abs_max(const T* x, index_t len) {
     if (len >= 16) {
       const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
       __m512i mv = _mm512_setzero_si512();
-      for (; i + 16 <= len; i += 16) mv = _mm512_max_epu32(mv, _mm512_and_si512(fp8_quant_load16(x + i), abs_mask));
+      for (; i + 16 <= len; i += 16) mv = _mm512_max_epu32(mv, _mm512_and_si512(_mm512_castps_si512(avx512_load16(x + i)), abs_mask));
       m = _mm512_reduce_max_epu32(mv);
     }
   }
@@ -165,13 +144,13 @@ void fp8_quant_group(const T* x, index_t len, float s, fp8_e4m3* q) {
   if (pow2) {
     const __m512 iv = _mm512_set1_ps(inv);
     for (; i + 16 <= len; i += 16) {
-      const __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(fp8_quant_load16(x + i)), iv);
+      const __m512 v = _mm512_mul_ps(avx512_load16(x + i), iv);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), fp8_quant_encode16(v));
     }
   } else {
     const __m512 sv = _mm512_set1_ps(s);
     for (; i + 16 <= len; i += 16) {
-      const __m512 v = _mm512_div_ps(_mm512_castsi512_ps(fp8_quant_load16(x + i)), sv);  // IEEE division
+      const __m512 v = _mm512_div_ps(avx512_load16(x + i), sv);  // IEEE division
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), fp8_quant_encode16(v));
     }
   }
@@ -214,7 +193,7 @@ void fp8_dequant_range(const fp8_e4m3* q, index_t len, float s, T* y, const floa
   const bool nan_scale = (detail::float_bits(s) & 0x7FFFFFFFu) > 0x7F800000u;
   for (; !nan_scale && i + 16 <= len; i += 16) {
     const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i)));
-    fp8_quant_store16(y + i, _mm512_mul_ps(fp8_quant_decode16(c), sv));
+    avx512_store16(y + i, _mm512_mul_ps(fp8_quant_decode16(c), sv));
   }
 #endif
   for (; i < len; ++i) y[i] = from_float<T>(values[q[i].bits] * s);
@@ -245,7 +224,7 @@ struct op_impl<cpu_backend, act_quant_op> {
         // chain per group and would otherwise wait on memory at every group.
         const T* next = r + 1 < end ? x.row(r + 1) : nullptr;
         for (index_t k = 0; k * g < cols; ++k) {
-          if (next != nullptr) cpu_detail::fp8_quant_prefetch(next + k * g, g * static_cast<index_t>(sizeof(T)));
+          if (next != nullptr) cpu_detail::prefetch_read(next + k * g, g * static_cast<index_t>(sizeof(T)));
           cpu_detail::fp8_quant_group(xr + k * g, g, sr[k], qr + k * g);
         }
       }
@@ -267,7 +246,7 @@ struct op_impl<cpu_backend, act_dequant_op> {
         T* yr = y.row(r);
         const fp8_e4m3* next = r + 1 < end ? q.row(r + 1) : nullptr;
         for (index_t k = 0; k * group_size < cols; ++k) {
-          if (next != nullptr) cpu_detail::fp8_quant_prefetch(next + k * group_size, group_size);
+          if (next != nullptr) cpu_detail::prefetch_read(next + k * group_size, group_size);
           cpu_detail::fp8_dequant_range(qr + k * group_size, group_size, sr[k], yr + k * group_size, values);
         }
       }

@@ -23,75 +23,25 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
+#include "dsa/core/backend.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
+#include "dsa/cpu/avx512_io.hpp"
+#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/prefetch.hpp"
+#include "dsa/numerics/hadamard.hpp"
+#include "dsa/ops/hadamard.hpp"
+
+#if defined(DSA_CPU_AVX512_IO)
 #define DSA_HADAMARD_AVX512 1
 #else
 #define DSA_HADAMARD_AVX512 0
 #endif
 
-#include "dsa/core/backend.hpp"
-#include "dsa/core/tensor_view.hpp"
-#include "dsa/core/types.hpp"
-#include "dsa/cpu/parallel.hpp"
-#include "dsa/numerics/hadamard.hpp"
-#include "dsa/ops/hadamard.hpp"
-
 DSA_NAMESPACE_BEGIN
 
 #if DSA_HADAMARD_AVX512
 namespace cpu_detail {
-
-DSA_FORCEINLINE __m512 hadamard_load16(const float* x) { return _mm512_loadu_ps(x); }
-DSA_FORCEINLINE __m512 hadamard_load16(const bf16* x) {
-  return _mm512_castsi512_ps(
-      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), 16));
-}
-DSA_FORCEINLINE void hadamard_store16(float* y, __m512 v) { _mm512_storeu_ps(y, v); }
-// bf16::from_float_bits on each lane: round to nearest even, NaN kept quiet.
-DSA_FORCEINLINE void hadamard_store16(bf16* y, __m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i hi = _mm512_srli_epi32(u, 16);
-  const __m512i rounded = _mm512_srli_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y),
-                      _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)))));
-}
-
-// Two registers of 16 consecutive floats each into y[0, 32).
-DSA_FORCEINLINE void hadamard_store32(float* y, __m512 lo, __m512 hi) {
-  _mm512_storeu_ps(y, lo);
-  _mm512_storeu_ps(y + 16, hi);
-}
-DSA_FORCEINLINE void hadamard_store32(bf16* y, __m512 lo, __m512 hi) {
-#if defined(__AVX512BF16__)
-  // VCVTNE2PS2BF16 rounds to nearest even and quiets NaNs exactly as bf16::from_float_bits does
-  // (checked over all 2^32 inputs), one instruction for 32 lanes instead of about ten per 16,
-  // but it flushes subnormal inputs to zero: registers holding one take the integer path.
-  constexpr int subnormal = 0x20;  // VFPCLASSPS category
-  if ((_mm512_fpclass_ps_mask(lo, subnormal) | _mm512_fpclass_ps_mask(hi, subnormal)) == 0) {
-    _mm512_storeu_si512(y, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-    return;
-  }
-#endif
-  hadamard_store16(y, lo);
-  hadamard_store16(y + 16, hi);
-}
-
-// Asks for cache lines: to read (bf16 x ahead of the block pass) or to write (the output row,
-// which the last pass writes in 2^k streams far apart). Measured on n = 4096, 1 thread
-// (docs/performance.md): both together make bf16 1.3x faster, the write one fp32 1.1x; a read
-// prefetch makes fp32 slower at every distance tried (1-16 KB), so it has none.
-// The read address `ahead` bytes past p may lie beyond the input (a prefetch never faults), so
-// it is formed as an integer: pointer arithmetic past the end would be undefined.
-DSA_FORCEINLINE void hadamard_prefetch_read(const void* p, std::uintptr_t ahead, int bytes) {
-  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p) + ahead;
-  for (int l = 0; l < bytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(a + static_cast<std::uintptr_t>(l)), _MM_HINT_T0);
-}
-DSA_FORCEINLINE void hadamard_prefetch_write(const void* p, int bytes) {
-  for (int l = 0; l < bytes; l += 64) _mm_prefetch(static_cast<const char*>(p) + l, _MM_HINT_ET0);
-}
 
 // Stride H (1, 2, 4 or 8) within one register: lane j pairs with lane j ^ H; the lower lane gets
 // x_j + x_(j+H), the upper one x_(j-H) - x_j. For finite and infinite inputs this gives the
@@ -165,16 +115,16 @@ DSA_FORCEINLINE bool hadamard_short_row(const T* x, T* y, __m512 sc) {
   __mmask16 nan = 0;
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
-    r[i] = hadamard_load16(x + 16 * i);
+    r[i] = avx512_load16(x + 16 * i);
     nan |= hadamard_nan_lanes(r[i]);
   }
   if (nan != 0) return false;
   hadamard_block<R>(r);
   if constexpr (R == 1) {
-    hadamard_store16(y, _mm512_mul_ps(r[0], sc));
+    avx512_store16(y, _mm512_mul_ps(r[0], sc));
   } else {
 #pragma GCC unroll 4
-    for (int i = 0; i < R; i += 2) hadamard_store32(y + 16 * i, _mm512_mul_ps(r[i], sc), _mm512_mul_ps(r[i + 1], sc));
+    for (int i = 0; i < R; i += 2) avx512_store32(y + 16 * i, _mm512_mul_ps(r[i], sc), _mm512_mul_ps(r[i + 1], sc));
   }
   return true;
 }
@@ -207,9 +157,9 @@ void hadamard_radix_pass(float* s, index_t n, index_t h, T* y, __m512 sc) {
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         if constexpr (Last) {
-          hadamard_store32(y + j + i * h, _mm512_mul_ps(lo[i], sc), _mm512_mul_ps(hi[i], sc));
+          avx512_store32(y + j + i * h, _mm512_mul_ps(lo[i], sc), _mm512_mul_ps(hi[i], sc));
         } else {
-          hadamard_store32(s + j + i * h, lo[i], hi[i]);
+          avx512_store32(s + j + i * h, lo[i], hi[i]);
         }
       }
     }
@@ -235,12 +185,15 @@ bool hadamard_row_avx512(const T* x, T* y, index_t n, float scale, float* s) {
   __mmask16 nan = 0;
   constexpr int block_bytes = 128 * sizeof(T);
   for (index_t b = 0; b < n; b += 128) {
-    // 4 KB ahead: later in the row, then the next row's start.
-    if constexpr (std::is_same_v<T, bf16>) hadamard_prefetch_read(x + b, 4096, block_bytes);
-    hadamard_prefetch_write(y + b, block_bytes);
+    // Measured on n = 4096, 1 thread (docs/performance.md): reading bf16 x 4 KB ahead (later in
+    // the row, then the next row's start) and fetching the output row for writing (the last pass
+    // writes it in 2^k streams far apart) make bf16 1.3x faster, the write alone fp32 1.1x; a
+    // read prefetch made fp32 slower at every distance tried (1-16 KB).
+    if constexpr (std::is_same_v<T, bf16>) prefetch_read(prefetch_address(x + b, 4096), block_bytes);
+    prefetch_write(y + b, block_bytes);
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
-      r[i] = hadamard_load16(x + b + 16 * i);
+      r[i] = avx512_load16(x + b + 16 * i);
       nan |= hadamard_nan_lanes(r[i]);
     }
     hadamard_block<8>(r);
