@@ -385,6 +385,58 @@ TEST_CASE("in place equals out of place, and strided rows equal contiguous ones"
   }
 }
 
+TEST_CASE("streaming stores give the bits of cached stores, on aligned and unaligned rows") {
+  // Row stride n + 8 bf16 (16 bytes more per row) from a 64-byte-aligned start: rows 0, 4 and 8
+  // can stream, the others take cached stores. Row 4 is tiny enough for subnormal outputs (the
+  // integer narrowing), row 8 holds a NaN (the scalar loops), row 5 an infinity.
+  const dsa::cpu_backend stream_everything{1, 1}, stream_on_two_threads{2, 1};
+  const dsa::cpu_backend never{1, std::numeric_limits<std::size_t>::max()};
+  for (index_t n = 256; n <= 32768; n *= 2) {
+    CAPTURE(n);
+    const index_t rows = 9, ld = n + 8;
+    auto values = dsa_test::normal(static_cast<std::size_t>(rows * ld), 1300 + static_cast<std::uint64_t>(n));
+    for (index_t j = 0; j < ld; ++j) values[static_cast<std::size_t>(4 * ld + j)] *= 1e-38f;
+    values[static_cast<std::size_t>(5 * ld + 3)] = std::numeric_limits<float>::infinity();
+    values[static_cast<std::size_t>(8 * ld + n / 2)] = std::numeric_limits<float>::quiet_NaN();
+    const auto x = dsa_test::convert<bf16>(values);
+
+    // Buffers of rows * ld + 32 bf16, used from their first 64-byte boundary.
+    const auto aligned = [&](std::vector<bf16>& buffer) {
+      buffer.assign(static_cast<std::size_t>(rows * ld + 32), bf16(-3.0f));
+      const auto misalignment = reinterpret_cast<std::uintptr_t>(buffer.data()) % 64;
+      return buffer.data() + (misalignment == 0 ? 0 : (64 - misalignment) / sizeof(bf16));
+    };
+    std::vector<bf16> want_buffer, got_buffer;
+    bf16* want = aligned(want_buffer);
+    bf16* got = aligned(got_buffer);
+    REQUIRE(dsa::cpu_detail::streaming_aligned(got));
+    REQUIRE(dsa::cpu_detail::streaming_aligned(got + 4 * ld));
+    REQUIRE_FALSE(dsa::cpu_detail::streaming_aligned(got + ld));
+    REQUIRE(dsa::cpu_detail::streaming_stores(stream_everything, 1));
+    REQUIRE_FALSE(dsa::cpu_detail::streaming_stores(never, std::size_t{1} << 40));
+
+    const dsa::tensor_view<const bf16, 2> xv(x.data(), {rows, n}, {ld, 1});
+    const dsa::tensor_view<bf16, 2> want_view(want, {rows, n}, {ld, 1}), got_view(got, {rows, n}, {ld, 1});
+    dsa::hadamard_transform(never, xv, want_view, 0.0625f);
+    const auto same_rows = [&] {
+      return std::memcmp(want, got, static_cast<std::size_t>(rows * ld) * sizeof(bf16)) == 0;  // padding too
+    };
+    dsa::hadamard_transform(stream_everything, xv, got_view, 0.0625f);
+    CHECK(same_rows());
+    std::fill(got_buffer.begin(), got_buffer.end(), bf16(-3.0f));
+    dsa::hadamard_transform(stream_on_two_threads, xv, got_view, 0.0625f);
+    CHECK(same_rows());
+
+    // In place: the input rows are read before the streamed ones are written.
+    for (index_t r = 0; r < rows; ++r) std::memcpy(got + r * ld, x.data() + r * ld, static_cast<std::size_t>(n) * sizeof(bf16));
+    dsa::hadamard_transform(stream_everything, got_view, got_view, 0.0625f);
+    for (index_t r = 0; r < rows; ++r) {
+      CAPTURE(r);
+      CHECK(std::memcmp(want + r * ld, got + r * ld, static_cast<std::size_t>(n) * sizeof(bf16)) == 0);
+    }
+  }
+}
+
 TEST_CASE("results are bit-identical for every thread count") {
   for (index_t n : {128, 40, 8192}) {
     CAPTURE(n);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <concepts>
+#include <cstddef>
 #include <type_traits>
 
 #include "dsa/core/config.hpp"
@@ -20,6 +21,11 @@ struct cpu_backend {
   using memory_space = host_space;
   static constexpr const char* name = "cpu";
   int num_threads = 0;
+  /// Outputs of at least this many bytes are written with non-temporal stores by the kernels
+  /// that support them (cpu/streaming_stores.hpp): they bypass the caches, which such an output
+  /// would not fit anyway, and save reading every line before writing it. 0 = the size of the
+  /// last-level cache; SIZE_MAX = never. Results are the same bits either way.
+  std::size_t streaming_store_bytes = 0;
 };
 
 /// The default CPU backend value: dsa::op(dsa::cpu, ...); dsa::cpu_backend{2} for two threads.

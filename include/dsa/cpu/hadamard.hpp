@@ -29,6 +29,7 @@
 #include "dsa/cpu/avx512_io.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/cpu/prefetch.hpp"
+#include "dsa/cpu/streaming_stores.hpp"
 #include "dsa/numerics/hadamard.hpp"
 #include "dsa/ops/hadamard.hpp"
 
@@ -132,8 +133,9 @@ DSA_FORCEINLINE bool hadamard_short_row(const T* x, T* y, __m512 sc) {
 // Strides h, 2h, .. (2^Stages - 1 of them) over the fp32 row s[0, n), h a multiple of 32: each
 // group of 2^Stages registers h apart goes through all of them in registers, two groups (32
 // consecutive floats) at a time, for the ILP and so that the narrowing takes register pairs.
-// The last pass (Last) scales and narrows into y instead of writing s back.
-template <int Stages, bool Last, class T>
+// The last pass (Last) scales and narrows into y instead of writing s back, with streaming
+// stores if Stream (y then 64-byte aligned).
+template <int Stages, bool Last, bool Stream, class T>
 void hadamard_radix_pass(float* s, index_t n, index_t h, T* y, __m512 sc) {
   constexpr int R = 1 << Stages;
   __m512 lo[8], hi[8];
@@ -156,7 +158,9 @@ void hadamard_radix_pass(float* s, index_t n, index_t h, T* y, __m512 sc) {
       }
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
-        if constexpr (Last) {
+        if constexpr (Last && Stream) {
+          avx512_stream32(y + j + i * h, _mm512_mul_ps(lo[i], sc), _mm512_mul_ps(hi[i], sc));
+        } else if constexpr (Last) {
           avx512_store32(y + j + i * h, _mm512_mul_ps(lo[i], sc), _mm512_mul_ps(hi[i], sc));
         } else {
           avx512_store32(s + j + i * h, lo[i], hi[i]);
@@ -169,8 +173,9 @@ void hadamard_radix_pass(float* s, index_t n, index_t h, T* y, __m512 sc) {
 // One row of a power-of-two size n >= 16 (n <= 128 never touches `s`; longer rows use s[0, n)
 // as their fp32 row; it may be y, never x). Returns false when the row holds a NaN, having
 // written at most `s`: the caller then runs the scalar loops, so that NaN payloads propagate
-// exactly as they always have.
-template <class T>
+// exactly as they always have. Stream: rows longer than 128 write y with streaming stores
+// (cpu/streaming_stores.hpp; y then 64-byte aligned and not `s`).
+template <bool Stream, class T>
 bool hadamard_row_avx512(const T* x, T* y, index_t n, float scale, float* s) {
   const __m512 sc = _mm512_set1_ps(scale);
   switch (n) {
@@ -190,7 +195,7 @@ bool hadamard_row_avx512(const T* x, T* y, index_t n, float scale, float* s) {
     // writes it in 2^k streams far apart) make bf16 1.3x faster, the write alone fp32 1.1x; a
     // read prefetch made fp32 slower at every distance tried (1-16 KB).
     if constexpr (std::is_same_v<T, bf16>) prefetch_read(prefetch_address(x + b, 4096), block_bytes);
-    prefetch_write(y + b, block_bytes);
+    if constexpr (!Stream) prefetch_write(y + b, block_bytes);
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
       r[i] = avx512_load16(x + b + 16 * i);
@@ -207,12 +212,12 @@ bool hadamard_row_avx512(const T* x, T* y, index_t n, float scale, float* s) {
   for (;;) {
     const index_t left = n / h;  // 2^(stages left)
     if (left <= 8) {
-      if (left == 8) hadamard_radix_pass<3, true>(s, n, h, y, sc);
-      if (left == 4) hadamard_radix_pass<2, true>(s, n, h, y, sc);
-      if (left == 2) hadamard_radix_pass<1, true>(s, n, h, y, sc);
+      if (left == 8) hadamard_radix_pass<3, true, Stream>(s, n, h, y, sc);
+      if (left == 4) hadamard_radix_pass<2, true, Stream>(s, n, h, y, sc);
+      if (left == 2) hadamard_radix_pass<1, true, Stream>(s, n, h, y, sc);
       return true;
     }
-    hadamard_radix_pass<3, false>(s, n, h, y, sc);
+    hadamard_radix_pass<3, false, false>(s, n, h, y, sc);
     h *= 8;
   }
 }
@@ -229,20 +234,32 @@ struct op_impl<cpu_backend, hadamard_transform_op> {
     const index_t grain = std::max<index_t>(1, (index_t{1} << 16) / plan.n);
 #if DSA_HADAMARD_AVX512
     if (plan.base == 1 && plan.n >= 16) {
+      // bf16 output rows longer than 128 can stream (fp32 ones are their own scratch below,
+      // which measured faster from memory than a separate scratch and streaming stores).
+      const bool stream = !std::is_same_v<T, float> && plan.n > 128 &&
+                          cpu_detail::streaming_stores(be, static_cast<std::size_t>(y.size()) * sizeof(T));
       cpu_detail::parallel_for(be, x.extent(0), grain, [&](index_t begin, index_t end) {
         std::vector<float> scratch(static_cast<std::size_t>(plan.n));
+        bool streamed = false;
         for (index_t r = begin; r < end; ++r) {
+          T* yr = y.row(r);
           // An fp32 output row is its own scratch when it is not the input (in place, a row
           // with a NaN must still be there for the scalar loops): one 16 KB row less in the
           // caches at n = 4096, 30% faster from memory.
           float* s = scratch.data();
+          bool done;
           if constexpr (std::is_same_v<T, float>) {
-            if (x.row(r) != y.row(r)) s = y.row(r);
+            if (x.row(r) != yr) s = yr;
+            done = cpu_detail::hadamard_row_avx512<false>(x.row(r), yr, plan.n, scale, s);
+          } else {
+            const bool stream_row = stream && cpu_detail::streaming_aligned(yr);
+            streamed |= stream_row;
+            done = stream_row ? cpu_detail::hadamard_row_avx512<true>(x.row(r), yr, plan.n, scale, s)
+                              : cpu_detail::hadamard_row_avx512<false>(x.row(r), yr, plan.n, scale, s);
           }
-          if (!cpu_detail::hadamard_row_avx512(x.row(r), y.row(r), plan.n, scale, s)) {
-            transform_row(plan, x.row(r), y.row(r), scale, scratch.data());  // a NaN in the row
-          }
+          if (!done) transform_row(plan, x.row(r), yr, scale, scratch.data());  // a NaN in the row
         }
+        if (streamed) cpu_detail::streaming_fence();
       });
       return;
     }
