@@ -15,7 +15,9 @@
 // add or subtract it replaces); longer rows then take radix-8 passes over the fp32 row (strides
 // 128, 256, 512 in one pass), and the scale and the narrowing are fused into the last step,
 // which takes 32 consecutive floats at a time so that bf16 narrows two registers per instruction
-// (AVX512-BF16). n = 128 rows never leave the registers.
+// (AVX512-BF16). n = 128 rows never leave the registers. bf16 outputs larger than the
+// last-level cache go around it in that last step (cpu/streaming_stores.hpp), on rows that
+// start on a 64-byte boundary.
 #pragma once
 
 #include <algorithm>
