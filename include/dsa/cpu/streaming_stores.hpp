@@ -12,7 +12,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
-#include <limits>
 #include <string>
 
 #include "dsa/core/backend.hpp"
