@@ -1,11 +1,13 @@
 // dsa::hadamard_transform: front-end checks and CPU results against an O(n^2) double oracle.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "dsa/cpu/hadamard.hpp"
@@ -403,8 +405,9 @@ TEST_CASE("streaming stores give the bits of cached stores, on aligned and unali
     // Buffers of rows * ld + 32 bf16, used from their first 64-byte boundary.
     const auto aligned = [&](std::vector<bf16>& buffer) {
       buffer.assign(static_cast<std::size_t>(rows * ld + 32), bf16(-3.0f));
-      const auto misalignment = reinterpret_cast<std::uintptr_t>(buffer.data()) % 64;
-      return buffer.data() + (misalignment == 0 ? 0 : (64 - misalignment) / sizeof(bf16));
+      void* p = buffer.data();
+      std::size_t space = buffer.size() * sizeof(bf16);
+      return static_cast<bf16*>(std::align(64, static_cast<std::size_t>(rows * ld) * sizeof(bf16), p, space));
     };
     std::vector<bf16> want_buffer, got_buffer;
     bf16* want = aligned(want_buffer);

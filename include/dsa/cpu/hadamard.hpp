@@ -242,7 +242,6 @@ struct op_impl<cpu_backend, hadamard_transform_op> {
                           cpu_detail::streaming_stores(be, static_cast<std::size_t>(y.size()) * sizeof(T));
       cpu_detail::parallel_for(be, x.extent(0), grain, [&](index_t begin, index_t end) {
         std::vector<float> scratch(static_cast<std::size_t>(plan.n));
-        bool streamed = false;
         for (index_t r = begin; r < end; ++r) {
           T* yr = y.row(r);
           // An fp32 output row is its own scratch when it is not the input (in place, a row
@@ -255,13 +254,12 @@ struct op_impl<cpu_backend, hadamard_transform_op> {
             done = cpu_detail::hadamard_row_avx512<false>(x.row(r), yr, plan.n, scale, s);
           } else {
             const bool stream_row = stream && cpu_detail::streaming_aligned(yr);
-            streamed |= stream_row;
             done = stream_row ? cpu_detail::hadamard_row_avx512<true>(x.row(r), yr, plan.n, scale, s)
                               : cpu_detail::hadamard_row_avx512<false>(x.row(r), yr, plan.n, scale, s);
           }
           if (!done) transform_row(plan, x.row(r), yr, scale, scratch.data());  // a NaN in the row
         }
-        if (streamed) cpu_detail::streaming_fence();
+        if (stream) cpu_detail::streaming_fence();  // cheap if no row was aligned enough to stream
       });
       return;
     }
