@@ -37,8 +37,12 @@ option(DSA_CUDA_PTXAS_VERBOSE "Print ptxas' register, spill and shared-memory re
 # Flags of dsa's own CUDA code (never exported): every nvcc warning is an error, the host
 # compiler warns as for the .cpp files.
 add_library(dsa_cuda_dev_flags INTERFACE)
-target_compile_options(dsa_cuda_dev_flags INTERFACE
-  $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>)
+if(DSA_WERROR)
+  target_compile_options(dsa_cuda_dev_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>)
+else()
+  target_compile_options(dsa_cuda_dev_flags INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
+endif()
 if(DSA_CUDA_PTXAS_VERBOSE)
   target_compile_options(dsa_cuda_dev_flags INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
 endif()

@@ -32,7 +32,7 @@ endif()
 # Flags for dsa's own tests, tools and benchmarks (never exported to users).
 add_library(dsa_dev_flags INTERFACE)
 target_compile_options(dsa_dev_flags INTERFACE
-  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Werror>
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic $<$<BOOL:${DSA_WERROR}>:-Werror>>
   # GCC 12 reports false maybe-uninitialized warnings inside Eigen's AVX-512 intrinsics paths.
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-maybe-uninitialized>)
 if(DSA_NATIVE)

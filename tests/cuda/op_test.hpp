@@ -1,6 +1,6 @@
 // Helpers of the CUDA op tests (test_ops_*.cpp): a stream per test, uploads and downloads of host
 // vectors, fake device views for front-end checks that must fail before touching the device, and
-// a bit-exact comparison that reports the first mismatches.
+// a bit-exact comparison (NaNs of any sign and payload equal) that reports the first mismatches.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -17,6 +17,7 @@
 #include "dsa/cuda/backend.hpp"
 #include "dsa/cuda/error.hpp"
 #include "dsa/cuda/memory.hpp"
+#include "support/nan_bits.hpp"
 
 namespace dsa_test {
 
@@ -64,21 +65,25 @@ dsa::device_view<T, R> fake_device_view(const dsa::index_t (&extents)[R]) {
   return dsa::make_view<dsa::device_space>(reinterpret_cast<T*>(next_fake_device_address()), extents);
 }
 
-/// Byte-wise equality of two arrays of a trivially copyable type; reports up to five mismatches.
+/// Bit-wise equality of two arrays of a trivially copyable type, where two NaNs of a floating-point
+/// element type count as equal whatever their sign and payload (support/nan_bits.hpp); reports up
+/// to five mismatches.
 template <class T>
-void check_bits_equal(const char* what, const std::vector<T>& device, const std::vector<T>& host) {
+void check_bits_equal(const std::string& what, const std::vector<T>& device, const std::vector<T>& host) {
   static_assert(std::is_trivially_copyable_v<T>);
   REQUIRE(device.size() == host.size());
   std::size_t bad = 0;
   std::size_t first = 0;
   for (std::size_t i = 0; i < host.size(); ++i) {
-    if (std::memcmp(&device[i], &host[i], sizeof(T)) != 0) {
+    if (!same_bits_or_both_nan(device[i], host[i])) {
       if (bad == 0) first = i;
       if (++bad <= 5) {
         std::uint64_t d = 0, h = 0;
         std::memcpy(&d, &device[i], sizeof(T) < 8 ? sizeof(T) : 8);
         std::memcpy(&h, &host[i], sizeof(T) < 8 ? sizeof(T) : 8);
-        MESSAGE(what << ": element " << i << " differs: device bits 0x" << std::hex << d << ", host bits 0x" << h);
+        std::ostringstream m;  // doctest's MESSAGE ignores stream manipulators
+        m << what << ": element " << i << " differs: device bits 0x" << std::hex << d << ", host bits 0x" << h;
+        MESSAGE(m.str());
       }
     }
   }

@@ -13,7 +13,10 @@
 // similarity (>= 0.999, ten times tighter than the golden criterion against DeepSeek's reference)
 // and argmax (equal at every step), top-k rows by overlap (>= 95% per layer on average), except
 // rows with at most index_topk candidate positions, which select every position and must be
-// identical whatever the scores.
+// identical whatever the scores. A MoE routing near-tie can flip one expert of a token (the
+// observer records the routed experts of both runs): that token's FFN output and the logits of
+// its forward call are then not comparable and are exempt, and such flips must stay rare (<= 5%
+// of the positions).
 //
 // Needs a GPU; every case but the first skips cleanly without one.
 #include <doctest/doctest.h>
@@ -56,6 +59,7 @@ const fs::path tiny_random_dir = fs::path(DSA_TEST_DATA_DIR) / ".." / ".." / "mo
 constexpr double min_cosine_vs_cpu = 0.999;
 constexpr double min_ffn_cosine_vs_cpu = 0.999;
 constexpr double min_topk_overlap_vs_cpu = 0.95;
+constexpr double max_routing_flip_fraction = 0.05;
 
 std::vector<std::int64_t> golden_tokens(const char* name) {
   const auto f = dsa::safetensors_file::open(tiny_dir / "expected.safetensors");
@@ -88,6 +92,9 @@ struct run_log {
   std::vector<std::vector<float>> logits;
   std::map<index_t, std::map<index_t, std::vector<std::int32_t>>> topk;
   std::map<index_t, std::map<index_t, std::vector<float>>> ffn_out;
+  // per MoE layer and position the routed experts; per forward call its positions [first, end)
+  std::map<index_t, std::map<index_t, std::vector<std::int32_t>>> experts;
+  std::vector<std::pair<index_t, index_t>> step_positions;
 };
 
 dsa::model::forward_options recorder(run_log& log, index_t max_chunk) {
@@ -100,6 +107,9 @@ dsa::model::forward_options recorder(run_log& log, index_t max_chunk) {
       for (index_t c = 0; c < tr.ffn_out.extent(1); ++c) f[static_cast<std::size_t>(c)] = tr.ffn_out(r, c).to_float();
       log.ffn_out[tr.layer][tr.start + r] = std::move(f);
     }
+    for (index_t r = 0; r < tr.experts.extent(0); ++r) {
+      log.experts[tr.layer][tr.start + r].assign(tr.experts.row(r), tr.experts.row(r) + tr.experts.extent(1));
+    }
   };
   return o;
 }
@@ -111,21 +121,53 @@ run_log run(Model& m, const std::vector<std::int64_t>& prompt, const std::vector
   run_log log;
   auto seq = m.new_sequence(static_cast<index_t>(prompt.size() + decode.size()));
   log.logits.push_back(m.forward(seq, std::span<const std::int64_t>(prompt), recorder(log, max_chunk)));
+  log.step_positions.emplace_back(0, static_cast<index_t>(prompt.size()));
   for (const std::int64_t tok : decode) {
+    const index_t p = seq.length();
     log.logits.push_back(m.forward(seq, std::span<const std::int64_t>(&tok, 1), recorder(log, max_chunk)));
+    log.step_positions.emplace_back(p, p + 1);
   }
   CHECK(seq.length() == static_cast<index_t>(prompt.size() + decode.size()));
   return log;
 }
 
+/// Positions whose routed expert set differs between the runs in some MoE layer: routing
+/// near-ties that last-bit differences of the gate input flipped (each such row's FFN output then
+/// legitimately differs by a whole expert). Every MoE row must be recorded by both runs.
+std::set<index_t> routing_flips(const run_log& gpu, const run_log& cpu) {
+  REQUIRE(gpu.experts.size() == cpu.experts.size());
+  std::set<index_t> flips;
+  for (const auto& [layer, rows] : cpu.experts) {
+    const auto& grows = gpu.experts.at(layer);
+    REQUIRE(grows.size() == rows.size());
+    for (const auto& [pos, want] : rows) {
+      std::set<std::int32_t> w(want.begin(), want.end());
+      const auto& got = grows.at(pos);
+      if (std::set<std::int32_t>(got.begin(), got.end()) != w) flips.insert(pos);
+    }
+  }
+  return flips;
+}
+
 /// The CUDA run against the CPU run: logits, top-k and FFN outputs within the tolerances above.
+/// A position whose MoE routing flipped (routing_flips) is exempt from the FFN-output cosine,
+/// and so is the logits check of the call it belongs to; flips must stay rare (at most
+/// max_routing_flip_fraction of the positions), and are reported.
 void compare(const run_log& gpu, const run_log& cpu, index_t index_topk) {
+  const std::set<index_t> flips = routing_flips(gpu, cpu);
+  const index_t positions = cpu.step_positions.empty() ? 0 : cpu.step_positions.back().second;
+  MESSAGE("MoE routing differs at " << flips.size() << " of " << positions << " positions");
+  CHECK(static_cast<double>(flips.size()) <= max_routing_flip_fraction * static_cast<double>(positions));
   REQUIRE(gpu.logits.size() == cpu.logits.size());
+  REQUIRE(cpu.step_positions.size() == cpu.logits.size());
   for (std::size_t s = 0; s < cpu.logits.size(); ++s) {
     CAPTURE(s);
     const double c = cosine(gpu.logits[s], cpu.logits[s]);
+    const auto [first, end] = cpu.step_positions[s];
+    const bool flipped = flips.lower_bound(first) != flips.lower_bound(end);
     MESSAGE("step " << s << ": logits cosine " << c << ", argmax " << argmax(gpu.logits[s]) << " (CPU "
-                    << argmax(cpu.logits[s]) << ")");
+                    << argmax(cpu.logits[s]) << ")" << (flipped ? ", after a routing flip" : ""));
+    if (flipped) continue;
     CHECK(c >= min_cosine_vs_cpu);
     CHECK(argmax(gpu.logits[s]) == argmax(cpu.logits[s]));
   }
@@ -149,10 +191,13 @@ void compare(const run_log& gpu, const run_log& cpu, index_t index_topk) {
       std::size_t common = 0;
       for (std::int32_t e : w) common += g.count(e);
       overlap += w.empty() && g.empty() ? 1.0 : double(common) / double(std::max(w.size(), g.size()));
-      worst_ffn = std::min(worst_ffn, cosine(gpu.ffn_out.at(layer).at(pos), cpu.ffn_out.at(layer).at(pos)));
+      if (!flips.count(pos)) {
+        worst_ffn = std::min(worst_ffn, cosine(gpu.ffn_out.at(layer).at(pos), cpu.ffn_out.at(layer).at(pos)));
+      }
     }
     overlap /= double(rows.size());
-    MESSAGE("layer " << layer << ": top-k overlap " << overlap << ", worst FFN-output cosine " << worst_ffn);
+    MESSAGE("layer " << layer << ": top-k overlap " << overlap << ", worst FFN-output cosine " << worst_ffn
+                     << " (positions without a routing flip)");
     CHECK(overlap >= min_topk_overlap_vs_cpu);
     CHECK(worst_ffn >= min_ffn_cosine_vs_cpu);
   }

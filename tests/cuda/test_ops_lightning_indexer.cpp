@@ -426,8 +426,16 @@ struct bwd_problem {
       for (auto& x : k_scale) x = std::exp2(std::round(std::log2(x)));
       for (auto& x : g) x = std::round(x * 4.0f) / 4.0f;
     }
-    ranges = mixed_ranges(m, n, seed + 6);
-    // Out-of-range gradients are ignored whatever they hold.
+    set_ranges(mixed_ranges(m, n, seed + 6));
+  }
+
+  // New row ranges; the NaN planted at key 0 of rows that start after it (out-of-range gradients
+  // are ignored whatever they hold) moves with them, so no NaN is ever in range.
+  void set_ranges(std::vector<std::int32_t> r) {
+    for (auto& x : g) {
+      if (std::isnan(x)) x = 0.5f;
+    }
+    ranges = std::move(r);
     for (index_t t = 0; t < m; ++t) {
       if (ranges[static_cast<std::size_t>(2 * t)] > 0) g[static_cast<std::size_t>(t * n)] = std::nanf("");
     }
@@ -550,7 +558,7 @@ TEST_CASE("cuda lightning_indexer_backward: bit-identical on exact data, within 
   }
   // A training-sized causal problem (rows = keys), with the bound.
   bwd_problem causal(512, 64, 128, 512, 850, false);
-  causal.ranges = causal_ranges(512, 512);
+  causal.set_ranges(causal_ranges(512, 512));
   const auto host = causal.cpu();
   const auto dev = causal.cuda(true, true, true);
   const auto a = causal.abs_sums();
@@ -580,10 +588,7 @@ TEST_CASE("cuda lightning_indexer_backward: each gradient absent in turn; absent
 TEST_CASE("cuda lightning_indexer_backward: device-side ranges outside [0, n] are clamped") {
   DSA_TEST_REQUIRE_CUDA_DEVICE();
   bwd_problem p(4, 3, 16, 50, 950, true);
-  p.ranges = {0, 20, 10, 50, 30, 30, 0, 50};
-  for (auto& x : p.g) {
-    if (std::isnan(x)) x = 0.5f;  // the constructor's out-of-range NaNs may now be in range
-  }
+  p.set_ranges({0, 20, 10, 50, 30, 30, 0, 50});
   const auto host = p.cpu();
   bwd_problem bad = p;
   bad.ranges = {-7, 20, 10, 9999, 30, 2, std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()};

@@ -163,7 +163,7 @@ void check_shape(const shape& sh, sparse_mla_indices kind, std::uint64_t seed, b
         const dsa_test::sparse_mla_result dev =
             bf16_out ? cuda_sparse_mla<bf16>(in, fp8, c) : cuda_sparse_mla<float>(in, fp8, c);
         if (exact) {
-          dsa_test::check_sparse_mla_exact("cuda vs cpu (exact data)", dev, ref);
+          dsa_test::check_sparse_mla_exact("cuda vs cpu (exact data)", dev, ref, sh.k);
         } else {
           dsa_test::check_sparse_mla_close("cuda vs cpu", in.pb, dev, ref, bf16_out);
         }

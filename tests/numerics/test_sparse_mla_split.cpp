@@ -281,7 +281,7 @@ TEST_CASE("sparse_mla split replay: exact-arithmetic inputs are bit-identical to
         CAPTURE(c.d_qk);
         CAPTURE(c.fp8);
         CAPTURE(ns);
-        dsa_test::check_sparse_mla_exact("exact replay vs cpu", replay(in.pb, ns, true), ref);
+        dsa_test::check_sparse_mla_exact("exact replay vs cpu", replay(in.pb, ns, true), ref, c.k);
       }
     }
   }

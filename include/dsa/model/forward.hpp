@@ -37,6 +37,10 @@ struct layer_trace {
   host_view<const std::int32_t, 2> topk;     ///< [t, index_topk] selected positions, -1 padded
   host_view<const bf16, 2> ffn_out;          ///< [t, hidden] the layer's FFN output
   host_view<const bf16, 2> residual;         ///< [t, hidden] the residual stream it is added to
+  /// [t, num_experts_per_tok] the routed experts of each token in slot order (moe_route's ids);
+  /// empty (0 x 0) for a dense-FFN layer. A routing near-tie shows here first when two backends
+  /// or engines disagree on a layer's FFN output.
+  host_view<const std::int32_t, 2> experts;
 };
 
 /// Progress of a forward call: called after each layer of each chunk.

@@ -141,6 +141,7 @@ class transformer {
     // The first layer's residual is the embedding itself: adding it to a zero residual is exact.
     std::vector<std::int32_t> topk(static_cast<std::size_t>(t * c.index_topk));
     const auto topk_v = make_view(topk.data(), {t, c.index_topk});
+    std::vector<std::int32_t> routed;  // the observer's layer_trace::experts
     for (index_t l = 0; l < num_layers(); ++l) {
       const layer_weights& lw = w_.layers[static_cast<std::size_t>(l)];
       {
@@ -156,12 +157,16 @@ class transformer {
       {
         phase_scope timing(&times_, phase::moe);
         if (lw.moe) {
-          moe_forward(ctx, *lw.moe, host_view<const bf16, 2>(xv), hv);
+          moe_forward(ctx, *lw.moe, host_view<const bf16, 2>(xv), hv, opt.observer ? &routed : nullptr);
         } else {
           mlp_forward(ctx, *lw.mlp, host_view<const bf16, 2>(xv), hv);
         }
       }
-      if (opt.observer) opt.observer(layer_trace{l, start, topk_v, hv, rv});
+      if (opt.observer) {
+        const index_t k = lw.moe ? c.num_experts_per_tok : 0;
+        opt.observer(layer_trace{l, start, topk_v, hv, rv,
+                                 make_view(static_cast<const std::int32_t*>(routed.data()), {lw.moe ? t : 0, k})});
+      }
       if (opt.progress) opt.progress(forward_progress{start, start + t, total_end, l, num_layers()});
     }
     seq.advance(t);

@@ -150,7 +150,7 @@ inline void mlp_forward(const device_layer_context& ctx, const device_mlp_weight
 /// layer: acceptable for a reference forward pass, and it lets every expert run on exactly its
 /// tokens with the same gather_rows / mlp_forward / moe_combine sequence as on the host.
 inline void moe_forward(const device_layer_context& ctx, const device_moe_weights& w, device_view<const bf16, 2> x,
-                        device_view<bf16, 2> y) {
+                        device_view<bf16, 2> y, std::vector<std::int32_t>* routed = nullptr) {
   const index_t t = x.extent(0), d = x.extent(1);
   const index_t n_experts = w.gate.extent(0);
   const moe_routing_config rc = moe_routing_config_of(ctx.cfg);
@@ -162,7 +162,9 @@ inline void moe_forward(const device_layer_context& ctx, const device_moe_weight
   auto weights = stream_buffer<float>(ctx, t * k);
   moe_route(ctx.be, std::as_const(logits).view({t, n_experts}), w.bias, ids.view({t, k}), weights.view({t, k}), rc);
 
-  const expert_groups g = group_by_expert(to_host(ids, ctx.be.stream), t, k, n_experts);
+  std::vector<std::int32_t> ids_host = to_host(ids, ctx.be.stream);
+  const expert_groups g = group_by_expert(ids_host, t, k, n_experts);
+  if (routed) *routed = std::move(ids_host);
   const auto rows = upload(ctx, g.rows);
   const auto token_of = upload(ctx, g.token_of);
 

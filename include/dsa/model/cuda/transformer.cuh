@@ -164,6 +164,7 @@ class transformer<cuda_backend> {
     // Host copies for the observer.
     std::vector<std::int32_t> topk_host;
     std::vector<bf16> h_host, r_host;
+    std::vector<std::int32_t> routed;
     for (index_t l = 0; l < num_layers(); ++l) {
       const device_layer_weights& lw = dw_.layers[static_cast<std::size_t>(l)];
       {
@@ -179,7 +180,7 @@ class transformer<cuda_backend> {
       {
         device_phase_scope timing(&times_, phase::moe, be_.stream);
         if (lw.moe) {
-          moe_forward(ctx, *lw.moe, device_view<const bf16, 2>(xv), hv);
+          moe_forward(ctx, *lw.moe, device_view<const bf16, 2>(xv), hv, opt.observer ? &routed : nullptr);
         } else {
           mlp_forward(ctx, *lw.mlp, device_view<const bf16, 2>(xv), hv);
         }
@@ -190,7 +191,9 @@ class transformer<cuda_backend> {
         r_host = to_host(residual, be_.stream);
         opt.observer(layer_trace{l, start, make_view(static_cast<const std::int32_t*>(topk_host.data()), {t, c.index_topk}),
                                  make_view(static_cast<const bf16*>(h_host.data()), {t, d}),
-                                 make_view(static_cast<const bf16*>(r_host.data()), {t, d})});
+                                 make_view(static_cast<const bf16*>(r_host.data()), {t, d}),
+                                 make_view(static_cast<const std::int32_t*>(routed.data()),
+                                           {lw.moe ? t : 0, lw.moe ? c.num_experts_per_tok : 0})});
       }
       if (opt.progress) opt.progress(forward_progress{start, start + t, total_end, l, num_layers()});
     }

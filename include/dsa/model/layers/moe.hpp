@@ -61,9 +61,11 @@ inline expert_groups group_by_expert(const std::vector<std::int32_t>& ids, index
   return g;
 }
 
-/// y [t, hidden] = MoE(x) for x [t, hidden] bf16.
+/// y [t, hidden] = MoE(x) for x [t, hidden] bf16; the routed expert ids [t, top_k] also go to
+/// `routed` when it is given (the observer's layer_trace::experts).
 template <class B>
-void moe_forward(const layer_context<B>& ctx, const moe_weights& w, host_view<const bf16, 2> x, host_view<bf16, 2> y) {
+void moe_forward(const layer_context<B>& ctx, const moe_weights& w, host_view<const bf16, 2> x, host_view<bf16, 2> y,
+                 std::vector<std::int32_t>* routed = nullptr) {
   const index_t t = x.extent(0), d = x.extent(1);
   const index_t n_experts = w.gate.extent(0);
   const moe_routing_config rc = moe_routing_config_of(ctx.cfg);
@@ -77,6 +79,7 @@ void moe_forward(const layer_context<B>& ctx, const moe_weights& w, host_view<co
             make_view(weights.data(), {t, k}), rc);
 
   const expert_groups g = group_by_expert(ids, t, k, n_experts);
+  if (routed) *routed = ids;
   const std::vector<index_t>& count = g.count;
   const std::vector<index_t>& offset = g.offset;
   const std::vector<std::int32_t>& rows = g.rows;

@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# One command for a borrowed GPU: build every CUDA target (or reuse the build), run every CUDA test,
+# dsa_validate --backend cuda on the golden primitives and the tiny model, the CUDA benchmarks with
+# their report, and with --sanitize every CUDA test under compute-sanitizer (memcheck, racecheck,
+# synccheck, initcheck). docs/cuda.md, "First GPU run".
+#
+#   tools/gpu_check.sh [options] OUTDIR
+#
+#   --deps DIR         dependencies staged by `cmake -P cmake/stage_deps.cmake DIR` (default: .deps
+#                      if it exists; otherwise the system's)
+#   --build DIR        build folder (default build/gpu-check); an existing build is reused
+#   --arch LIST        CMAKE_CUDA_ARCHITECTURES (default: the GPU's compute capability, else 90;80)
+#   --jobs N           build parallelism (default: nproc)
+#   --steps LIST       comma-separated subset of: build,test,validate,bench,sanitize (default:
+#                      build,test,validate,bench; --sanitize adds sanitize)
+#   --sanitize         also run the CUDA tests under compute-sanitizer's four tools
+#   --sanitize-timeout S   per (tool, run) limit in seconds (default 240); a timeout is reported
+#   --sanitize-tools LIST  subset of memcheck,racecheck,synccheck,initcheck (default: all four)
+#   --sanitize-only RE     only the runs whose name matches RE (validate_primitives,
+#                      validate_tiny_model, and the test names: ops_topk, model_transformer, ...)
+#   --test-timeout S   per ctest entry limit in seconds (default 600)
+#   --configure-only   stage check + configure, then stop (what CI runs: no GPU needed)
+#   --hide-system-prefixes  configure with /usr and /usr/local ignored by every find_package
+#                      (CMAKE_IGNORE_PREFIX_PATH), as on a machine without the -dev packages: CI
+#                      proves with it that --deps alone is enough
+#
+# OUTDIR receives report.txt (one line per step: ok / FAILED / SKIPPED, seconds, log), logs/,
+# ctest-junit.xml, bench/*.json and bench/report.md. Exit status: 0 when every step that ran
+# passed, 1 when one failed, 2 on a usage error, 3 when no GPU is present (after configure).
+set -uo pipefail
+
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+deps="" build="$root/build/gpu-check" arch="" jobs="$(nproc 2>/dev/null || echo 2)"
+steps="build,test,validate,bench" sanitize=0 san_timeout=240 san_tools="memcheck,racecheck,synccheck,initcheck" san_only="" test_timeout=600 configure_only=0 hide_system=0 out=""
+while (($#)); do
+  case "$1" in
+    --deps) deps="$2"; shift 2 ;;
+    --build) build="$2"; shift 2 ;;
+    --arch) arch="$2"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --sanitize) sanitize=1; shift ;;
+    --sanitize-timeout) san_timeout="$2"; shift 2 ;;
+    --sanitize-tools) san_tools="$2"; shift 2 ;;
+    --sanitize-only) san_only="$2"; shift 2 ;;
+    --test-timeout) test_timeout="$2"; shift 2 ;;
+    --configure-only) configure_only=1; shift ;;
+    --hide-system-prefixes) hide_system=1; shift ;;
+    -h|--help) usage ;;
+    -*) echo "gpu_check: unknown option $1" >&2; usage ;;
+    *) [ -z "$out" ] || { echo "gpu_check: one OUTDIR only" >&2; usage; }; out="$1"; shift ;;
+  esac
+done
+[ -n "$out" ] || usage
+((sanitize)) && steps="$steps,sanitize"
+mkdir -p "$out/logs" "$out/bench" || exit 2
+out="$(cd "$out" && pwd)"
+report="$out/report.txt"
+: > "$report"
+failed=0
+
+note() { echo "$*" | tee -a "$report"; }
+has_step() { [[ ",$steps," == *",$1,"* ]]; }
+# run_step NAME CMD...: runs CMD with its output in logs/NAME.log, one report line.
+run_step() {
+  local name="$1"; shift
+  local log="$out/logs/$name.log" start=$SECONDS rc
+  echo "== $name: $*" >&2
+  "$@" > "$log" 2>&1; rc=$?
+  if ((rc == 0)); then
+    note "step $name: ok ($((SECONDS - start)) s) logs/$name.log"
+  else
+    note "step $name: FAILED (exit $rc, $((SECONDS - start)) s) logs/$name.log"
+    tail -n 30 "$log" | sed 's/^/    /' | tee -a "$report" >&2
+    failed=1
+  fi
+  return $rc
+}
+
+if [ -z "$deps" ] && [ -d "$root/.deps" ]; then deps="$root/.deps"; fi
+[ -z "$deps" ] || deps="$(cd "$deps" && pwd)" || { echo "gpu_check: --deps folder missing" >&2; exit 2; }
+export PATH="$PATH:/usr/local/cuda/bin"
+
+gpu=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpu="$(nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)"
+fi
+if [ -z "$arch" ]; then
+  cap="$(echo "$gpu" | awk -F', ' '{print $2}')"
+  if [[ "$cap" =~ ^[0-9]+\.[0-9]+$ ]]; then arch="${cap/./}"; else arch="90;80"; fi
+fi
+
+note "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo '+dirty')"
+note "gpu: ${gpu:-none found (nvidia-smi)}"
+note "nvcc: $(nvcc --version 2>/dev/null | tail -n 2 | head -n 1 || echo 'not found')"
+note "cmake: $(cmake --version | head -n 1); host compiler: $(c++ --version 2>/dev/null | head -n 1); cpus: $jobs"
+note "deps: ${deps:-system}; build: $build; CUDA architectures: $arch"
+
+# The CUDA benchmarks need Google Benchmark: staged, or (without --deps) installed.
+bench=OFF
+if [ -n "$deps" ]; then
+  [ -n "$(find "$deps" -name 'benchmarkConfig.cmake' -print -quit)" ] && bench=ON
+else
+  [ -n "$(find /usr/lib /usr/local/lib /usr/lib64 -name 'benchmarkConfig.cmake' -print -quit 2>/dev/null)" ] && bench=ON
+fi
+
+configure=(cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  -DDSA_ENABLE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$arch" -DDSA_BUILD_BENCH=$bench
+  -DDSA_BUILD_EXAMPLES=OFF -DDSA_TEST_AVX512=OFF -DDSA_INSTALL=OFF -DDSA_WERROR=OFF)
+[ -z "$deps" ] || configure+=("-DCMAKE_PREFIX_PATH=$deps")
+((hide_system)) && configure+=("-DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local")
+run_step configure "${configure[@]}" || { note "result: FAILED at configure"; exit 1; }
+if ((configure_only)); then note "result: configured (--configure-only)"; exit 0; fi
+
+if [ -z "$gpu" ]; then
+  note "result: no GPU on this machine (nvidia-smi found none); nothing but the configure was run"
+  exit 3
+fi
+
+if has_step build; then
+  targets=(dsa_cuda_all dsa_validate)
+  run_step build cmake --build "$build" -j "$jobs" --target "${targets[@]}" \
+    || { note "result: FAILED at build"; exit 1; }
+fi
+
+if has_step test; then
+  # Every CUDA test and the two golden replays (label cuda), one at a time: several device
+  # tests in parallel would share the GPU and blur which one failed or ran out of memory.
+  run_step test ctest --test-dir "$build" -L '^cuda$|;cuda;|^cuda;|;cuda$' -LE cuda_bench \
+    --output-on-failure --timeout "$test_timeout" --output-junit "$out/ctest-junit.xml"
+fi
+
+if has_step validate; then
+  run_step validate_primitives "$build/tools/dsa_validate" "$root/tests/data/primitives.safetensors" --backend cuda
+  run_step validate_tiny_model "$build/tools/dsa_validate" --model "$root/tests/data/tiny-dsv32" --backend cuda
+fi
+
+if has_step bench; then
+  if [ "$bench" = ON ]; then
+    for exe in "$build"/bench/cuda/dsa_bench_cuda_*; do
+      [ -x "$exe" ] || continue
+      stem="$(basename "$exe")"; stem="${stem#dsa_}"
+      run_step "$stem" "$exe" "--benchmark_out=$out/bench/$stem.json" --benchmark_out_format=json \
+        --benchmark_counters_tabular=true
+    done
+    if command -v python3 >/dev/null 2>&1; then
+      run_step bench_report sh -c "python3 '$root/tools/bench_report_cuda.py' '$out/bench' > '$out/bench/report.md'"
+    else
+      note "step bench_report: SKIPPED (no python3)"
+    fi
+  else
+    note "step bench: SKIPPED (Google Benchmark not staged: cmake -P cmake/stage_deps.cmake DIR)"
+  fi
+fi
+
+if has_step sanitize; then
+  if ! command -v compute-sanitizer >/dev/null 2>&1; then
+    note "step sanitize: FAILED (compute-sanitizer not on PATH)"; failed=1
+  else
+    # The golden replays first: every kernel on small shapes, quickly even under the sanitizer;
+    # then each CUDA test executable (the edge shapes), each bounded by --sanitize-timeout.
+    runs=("validate_primitives|$build/tools/dsa_validate $root/tests/data/primitives.safetensors --backend cuda"
+          "validate_tiny_model|$build/tools/dsa_validate --model $root/tests/data/tiny-dsv32 --backend cuda")
+    for exe in "$build"/tests/cuda/dsa_test_cuda_*; do
+      name="$(basename "$exe" | sed 's/^dsa_test_cuda_//')"
+      # ops_frontend makes no CUDA call at all (front-end checks only), which the sanitizer
+      # reports as an error of its own.
+      [ -x "$exe" ] && [ "$name" != ops_frontend ] && runs+=("$name|$exe")
+    done
+    IFS=, read -r -a tools <<< "$san_tools"
+    for tool in "${tools[@]}"; do
+      for entry in "${runs[@]}"; do
+        [[ "${entry%%|*}" =~ $san_only ]] || continue
+        name="sanitize_${tool}_${entry%%|*}"
+        extra=()
+        [ "$tool" = memcheck ] && extra=(--leak-check full)
+        # The memory test exhausts device memory on purpose: its failing cudaMalloc is not a finding.
+        [ "${entry%%|*}" = memory ] && extra+=(--report-api-errors no)
+        log="$out/logs/$name.log" start=$SECONDS
+        # shellcheck disable=SC2086  # the command is a word list on purpose
+        timeout "$san_timeout" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+          ${entry#*|} > "$log" 2>&1
+        rc=$?
+        # compute-sanitizer reports each hazard as a "========= <kind>" block; its banner and
+        # summary lines are not hazards.
+        hazards="$(grep -E '^========= [A-Z]' "$log" | grep -cvE 'COMPUTE-SANITIZER|ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY|Program hit|Saved host backtrace|Host Frame|Target application returned')"
+        if ((rc == 124)); then
+          if ((hazards == 0)); then
+            note "step $name: TIMEOUT after ${san_timeout} s, no hazard reported before it logs/$name.log"
+          else
+            note "step $name: FAILED ($hazards hazard lines before the ${san_timeout} s timeout) logs/$name.log"; failed=1
+          fi
+        elif ((rc == 0)); then
+          note "step $name: ok ($((SECONDS - start)) s) logs/$name.log"
+        else
+          note "step $name: FAILED (exit $rc, $hazards hazard lines, $((SECONDS - start)) s) logs/$name.log"; failed=1
+          grep -m 12 -E '^=========' "$log" | sed 's/^/    /' >> "$report"
+        fi
+      done
+    done
+  fi
+fi
+
+if ((failed)); then note "result: FAILED (see the FAILED steps above)"; exit 1; fi
+note "result: ok"
