@@ -166,7 +166,7 @@ void compare(const run_log& gpu, const run_log& cpu, index_t index_topk) {
     const auto [first, end] = cpu.step_positions[s];
     const bool flipped = flips.lower_bound(first) != flips.lower_bound(end);
     MESSAGE("step " << s << ": logits cosine " << c << ", argmax " << argmax(gpu.logits[s]) << " (CPU "
-                    << argmax(cpu.logits[s]) << ")" << (flipped ? ", after a routing flip" : ""));
+                    << argmax(cpu.logits[s]) << ")" << std::string(flipped ? ", after a routing flip" : ""));
     if (flipped) continue;
     CHECK(c >= min_cosine_vs_cpu);
     CHECK(argmax(gpu.logits[s]) == argmax(cpu.logits[s]));

@@ -126,7 +126,9 @@ struct fp8_e4m3 {
   DSA_HOST_DEVICE float to_float() const {
     const std::uint32_t code = bits & 0x7Fu;
     const float m = code == 0x7Fu ? detail::bits_float(0x7FC00000u) : detail::decode_small_float_magnitude<3, 7>(code);
-    return (bits & 0x80u) ? -m : m;
+    // The sign as a bit, not a negation: the device's neg.f32 returns the canonical NaN for a
+    // NaN operand, which would drop the sign of the NaN codes (seen on sm_90).
+    return detail::bits_float(detail::float_bits(m) | (static_cast<std::uint32_t>(bits & 0x80u) << 24));
   }
   DSA_HOST_DEVICE explicit operator float() const { return to_float(); }
   friend DSA_HOST_DEVICE bool operator==(fp8_e4m3 a, fp8_e4m3 b) { return a.bits == b.bits; }
@@ -165,7 +167,9 @@ struct fp8_e5m2 {
     } else {
       m = detail::decode_small_float_magnitude<2, 15>(code);
     }
-    return (bits & 0x80u) ? -m : m;
+    // The sign as a bit, not a negation: the device's neg.f32 returns the canonical NaN for a
+    // NaN operand, which would drop the sign of the NaN codes (seen on sm_90).
+    return detail::bits_float(detail::float_bits(m) | (static_cast<std::uint32_t>(bits & 0x80u) << 24));
   }
   DSA_HOST_DEVICE explicit operator float() const { return to_float(); }
   friend DSA_HOST_DEVICE bool operator==(fp8_e5m2 a, fp8_e5m2 b) { return a.bits == b.bits; }
