@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -292,6 +293,47 @@ TEST_CASE("phase timers are non-negative and sum to at most the wall time") {
   MESSAGE("phases " << t.total() << " s of " << wall << " s wall");
   m.reset_phase_times();
   CHECK(m.phase_times().total() == 0.0);
+}
+
+TEST_CASE("the observer reports each MoE layer's routed experts, the same in chunks as in one call") {
+  auto m = load();
+  const auto& c = m.config();
+  using expert_log = std::map<index_t, std::map<index_t, std::vector<std::int32_t>>>;
+  const auto record = [](expert_log& log, index_t max_chunk) {
+    dsa::model::forward_options o;
+    o.max_chunk = max_chunk;
+    o.observer = [&log](const dsa::model::layer_trace& tr) {
+      CHECK(tr.experts.extent(0) == (tr.experts.extent(1) == 0 ? 0 : tr.topk.extent(0)));
+      for (index_t r = 0; r < tr.experts.extent(0); ++r) {
+        log[tr.layer][tr.start + r].assign(tr.experts.row(r), tr.experts.row(r) + tr.experts.extent(1));
+      }
+    };
+    return o;
+  };
+  expert_log one, chunked;
+  auto a = m.new_sequence(81);
+  m.forward(a, prompt(), record(one, 4096));
+  m.forward(a, std::span<const std::int64_t>(generated().data(), 1), record(one, 4096));
+  auto b = m.new_sequence(81);
+  m.forward(b, prompt(), record(chunked, 16));
+  m.forward(b, std::span<const std::int64_t>(generated().data(), 1), record(chunked, 16));
+  // Dense-FFN layers (the first first_k_dense_replace) report none; MoE layers one row per
+  // position: num_experts_per_tok distinct ids in [0, n_routed_experts).
+  CHECK(one.size() == static_cast<std::size_t>(m.num_layers() - c.first_k_dense_replace));
+  for (const auto& [layer, rows] : one) {
+    CAPTURE(layer);
+    CHECK(layer >= c.first_k_dense_replace);
+    REQUIRE(rows.size() == 81);
+    for (const auto& [pos, ids] : rows) {
+      CAPTURE(pos);
+      REQUIRE(ids.size() == static_cast<std::size_t>(c.num_experts_per_tok));
+      const std::set<std::int32_t> distinct(ids.begin(), ids.end());
+      CHECK(distinct.size() == ids.size());
+      CHECK(*distinct.begin() >= 0);
+      CHECK(*distinct.rbegin() < c.n_routed_experts);
+    }
+  }
+  CHECK(chunked == one);  // routing is per row: chunking changes nothing
 }
 
 TEST_CASE("the progress callback reports every layer of every chunk") {
