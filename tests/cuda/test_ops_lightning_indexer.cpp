@@ -43,21 +43,6 @@ namespace ops = dsa_test::cuda_ops;
 constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 constexpr float sentinel = 12345.0f;  // the padding of strided outputs, which must survive
 
-// Bit-identical, except that two NaNs match whatever their payloads: the GPU's arithmetic
-// returns the canonical NaN, x86 propagates an operand's payload (NaN codes in q or k).
-void check_same(const char* what, const std::vector<float>& device, const std::vector<float>& host) {
-  REQUIRE(device.size() == host.size());
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < host.size(); ++i) {
-    if (std::isnan(device[i]) && std::isnan(host[i])) continue;
-    if (std::memcmp(&device[i], &host[i], sizeof(float)) != 0 && ++bad <= 5) {
-      MESSAGE(what << ": element " << i << " differs: device " << device[i] << ", host " << host[i]);
-    }
-  }
-  INFO(what << ": " << bad << " of " << host.size() << " elements differ");
-  CHECK(bad == 0);
-}
-
 template <class T, std::size_t R>
 dsa::device_view<T, R> dview_of(dsa::device_buffer<std::remove_const_t<T>>& b, const index_t (&ext)[R],
                                 const index_t (&str)[R], index_t offset = 0) {
@@ -235,7 +220,7 @@ void check_fp8(index_t m, index_t heads, index_t d, index_t n, std::uint64_t see
   CAPTURE(lay.q_pad);
   CAPTURE(lay.offset);
   auto p = make_fp8(m, heads, d, n, seed, lay, nan_codes);
-  check_same("scores", p.cuda(), p.cpu());
+  dsa_test::check_bits_equal("scores", p.cuda(), p.cpu());
 }
 
 }  // namespace
@@ -258,7 +243,7 @@ TEST_CASE("cuda lightning_indexer_scores fp8: V3.2 shapes (64 heads x 128, decod
   check_fp8(2, 64, 128, 131072, 201);
   auto pre = make_fp8(256, 64, 128, 4096, 202);
   pre.ranges = causal_ranges(256, 4096);  // the last 256 positions of a 4K prefill
-  check_same("scores", pre.cuda(), pre.cpu());
+  dsa_test::check_bits_equal("scores", pre.cuda(), pre.cpu());
 }
 
 TEST_CASE("cuda lightning_indexer_scores fp8: NaN codes, strided and misaligned views") {
@@ -276,7 +261,7 @@ TEST_CASE("cuda lightning_indexer_scores: device-side ranges outside [0, n] are 
   const std::vector<std::int32_t> bad = {-100, 50, 200, 100000, 250, 100, std::numeric_limits<std::int32_t>::min(),
                                          std::numeric_limits<std::int32_t>::max()};
   p.ranges = {0, 50, 200, 300, 250, 250, 0, 300};
-  check_same("scores", p.cuda(bad), p.cpu());
+  dsa_test::check_bits_equal("scores", p.cuda(bad), p.cpu());
 }
 
 TEST_CASE("cuda lightning_indexer_scores fp32: bit-identical on exact data, within the bound otherwise") {
@@ -290,7 +275,7 @@ TEST_CASE("cuda lightning_indexer_scores fp32: bit-identical on exact data, with
       CAPTURE(d);
       auto p = make_f32(m, heads, d, n, ++seed, exact);
       if (exact) {
-        check_same("scores", p.cuda(), p.cpu());
+        dsa_test::check_bits_equal("scores", p.cuda(), p.cpu());
       } else {
         const auto dev = p.cuda();
         check_f32_bound(p, dev, p.cpu());
@@ -298,7 +283,7 @@ TEST_CASE("cuda lightning_indexer_scores fp32: bit-identical on exact data, with
     }
     auto strided = make_f32(9, 6, 40, 100, ++seed, exact, {5, 3, 2, 1});  // misaligned: scalar loads
     if (exact) {
-      check_same("scores", strided.cuda(), strided.cpu());
+      dsa_test::check_bits_equal("scores", strided.cuda(), strided.cpu());
     } else {
       const auto dev = strided.cuda();
       check_f32_bound(strided, dev, strided.cpu());
@@ -375,10 +360,10 @@ TEST_CASE("cuda lightning_indexer_scores_paged: bit-identical to the CPU through
   for (const index_t bs : {index_t{1}, index_t{64}, index_t{100}}) {
     CAPTURE(bs);
     const paged_problem p(6, 64, 3000, bs, 600 + static_cast<std::uint64_t>(bs));
-    check_same("scores", p.cuda(p.table), p.cpu());
+    dsa_test::check_bits_equal("scores", p.cuda(p.table), p.cpu());
   }
   const paged_problem decode(4, 64, 32768, 64, 650);  // V3.2 decode rows over a 32K paged context
-  check_same("scores", decode.cuda(decode.table), decode.cpu());
+  dsa_test::check_bits_equal("scores", decode.cuda(decode.table), decode.cpu());
 }
 
 TEST_CASE("cuda lightning_indexer_scores_paged: unreadable device-side page-table entries score -inf") {
@@ -394,7 +379,7 @@ TEST_CASE("cuda lightning_indexer_scores_paged: unreadable device-side page-tabl
   auto expected = good;
   for (index_t s = 64; s < 128; ++s) expected[static_cast<std::size_t>(s)] = neg_inf;
   for (index_t s = 128; s < 256; ++s) expected[static_cast<std::size_t>(p.n + s)] = neg_inf;
-  check_same("scores", p.cuda(bad_table), expected);
+  dsa_test::check_bits_equal("scores", p.cuda(bad_table), expected);
 }
 
 // ---- backward ----------------------------------------------------------------------------------
@@ -534,9 +519,9 @@ void check_backward(index_t m, index_t heads, index_t d, index_t n, std::uint64_
   const auto host = p.cpu();
   const auto dev = p.cuda(true, true, true);
   if (exact) {
-    check_same("grad_q", dev.q, host.q);
-    check_same("grad_w", dev.w, host.w);
-    check_same("grad_k", dev.k, host.k);
+    dsa_test::check_bits_equal("grad_q", dev.q, host.q);
+    dsa_test::check_bits_equal("grad_w", dev.w, host.w);
+    dsa_test::check_bits_equal("grad_k", dev.k, host.k);
   } else {
     const auto a = p.abs_sums();
     check_grad_bound("grad_q", dev.q, host.q, a.q, n);
@@ -576,13 +561,13 @@ TEST_CASE("cuda lightning_indexer_backward: each gradient absent in turn; absent
   for (int absent = 0; absent < 3; ++absent) {
     CAPTURE(absent);
     const auto dev = p.cuda(absent != 0, absent != 1, absent != 2);
-    check_same("grad_q", dev.q, absent == 0 ? untouched_q : host.q);
-    check_same("grad_w", dev.w, absent == 1 ? untouched_w : host.w);
-    check_same("grad_k", dev.k, absent == 2 ? untouched_k : host.k);
+    dsa_test::check_bits_equal("grad_q", dev.q, absent == 0 ? untouched_q : host.q);
+    dsa_test::check_bits_equal("grad_w", dev.w, absent == 1 ? untouched_w : host.w);
+    dsa_test::check_bits_equal("grad_k", dev.k, absent == 2 ? untouched_k : host.k);
   }
   const auto only_k = p.cuda(false, false, true);
-  check_same("grad_k", only_k.k, host.k);
-  check_same("grad_q", only_k.q, untouched_q);
+  dsa_test::check_bits_equal("grad_k", only_k.k, host.k);
+  dsa_test::check_bits_equal("grad_q", only_k.q, untouched_q);
 }
 
 TEST_CASE("cuda lightning_indexer_backward: device-side ranges outside [0, n] are clamped") {
@@ -593,9 +578,9 @@ TEST_CASE("cuda lightning_indexer_backward: device-side ranges outside [0, n] ar
   bwd_problem bad = p;
   bad.ranges = {-7, 20, 10, 9999, 30, 2, std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()};
   const auto dev = bad.cuda(true, true, true);
-  check_same("grad_q", dev.q, host.q);
-  check_same("grad_w", dev.w, host.w);
-  check_same("grad_k", dev.k, host.k);
+  dsa_test::check_bits_equal("grad_q", dev.q, host.q);
+  dsa_test::check_bits_equal("grad_w", dev.w, host.w);
+  dsa_test::check_bits_equal("grad_k", dev.k, host.k);
 }
 
 // ---- front-end checks with device views (no GPU needed) -----------------------------------------

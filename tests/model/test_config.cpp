@@ -785,9 +785,23 @@ TEST_CASE("config: load() failures") {
   CHECK_THROWS_WITH_AS(config::load(tmp.write("twice_nested.json", dup_nested)),
                        doctest::Contains("factor = <given twice>"), dsa::error);
 
-  // Deep nesting is a parse, not a stack overflow.
+  // Deep nesting is refused while parsing (an error naming the bound, never a stack overflow
+  // when the value is later printed or destroyed), at the top and as the value of a key.
   const fs::path deep = tmp.write("deep.json", std::string(100000, '[') + std::string(100000, ']'));
-  CHECK_THROWS_WITH_AS(config::load(deep), doctest::Contains("top-level value = array"), dsa::error);
+  CHECK_THROWS_WITH_AS(config::load(deep), doctest::Contains("JSON = <nested deeper than 64 levels>"), dsa::error);
+  std::string deep_value = v32_text;
+  deep_value.replace(deep_value.find("7168"), 4, std::string(100000, '[') + std::string(100000, ']'));
+  CHECK_THROWS_WITH_AS(config::load(tmp.write("deep_value.json", deep_value)),
+                       doctest::Contains("nested deeper than 64 levels"), dsa::error);
+  std::string deep_ok = v32_text;  // 64 levels are fine (and then a wrong type for the key)
+  deep_ok.replace(deep_ok.find("7168"), 4, std::string(63, '[') + std::string(63, ']'));
+  try {
+    config::load(tmp.write("deep_ok.json", deep_ok));
+    FAIL("a nested array as hidden_size was accepted");
+  } catch (const dsa::error& e) {
+    CHECK(std::string(e.what()).find("hidden_size") != std::string::npos);
+    CHECK(std::string(e.what()).find("nested deeper") == std::string::npos);
+  }
 
   const fs::path huge = tmp.path / "huge.json";
   std::ofstream(huge) << "{}";

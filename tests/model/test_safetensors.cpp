@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -327,6 +328,15 @@ TEST_CASE("hostile JSON headers") {
                     4, {"header has the key 'a' twice"});
   expect_open_error(dir, R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4,
                     {"expected a non-empty tensor name"});
+  expect_open_error(dir, R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4,
+                    {"header has the key 'dtype' twice in one object"});
+  // Deep nesting anywhere (here a metadata value and a tensor's shape) is refused while parsing:
+  // an error naming the bound, never a stack overflow when the value is printed or destroyed.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  expect_open_error(dir, R"({"__metadata__":{"k":)" + deep + "}}", 0,
+                    {"header nests objects and arrays deeper than 64 levels; expected at most that"});
+  expect_open_error(dir, R"({"a":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,4]}})", 4,
+                    {"deeper than 64 levels"});
 
   // Zero-size tensors overlap nothing; holes in the data section and trailing spaces are fine.
   const temp_dir dir2;
@@ -338,6 +348,38 @@ TEST_CASE("hostile JSON headers") {
   const auto f = dsa::safetensors_file::open(dir2 / "ok.safetensors");
   CHECK(f.tensors().size() == 3);
   CHECK(f.metadata().at("a") == "b");
+}
+
+TEST_CASE("opening a header is linear in its number of tensors") {
+  // A time bound as a ratio, not an absolute time: 16x the tensors may cost at most 64x the time
+  // (linear: about 16x; the quadratic parse this replaces: about 256x). Best of three each.
+  const temp_dir dir;
+  const auto header_of = [](int n) {
+    std::string h = "{";
+    for (int i = 0; i < n; ++i) {
+      if (i) h.push_back(',');
+      h.append(R"("layers.)").append(std::to_string(i));
+      h.append(R"(.weight":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})");
+    }
+    h.push_back('}');
+    return h;
+  };
+  const auto best_open_seconds = [&](int n) {
+    const fs::path p = dir / ("n" + std::to_string(n) + ".safetensors");
+    write_bytes(p, file_with_header(header_of(n), 0));
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto f = dsa::safetensors_file::open(p);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      CHECK(f.tensors().size() == static_cast<std::size_t>(n));
+      best = std::min(best, s);
+    }
+    return best;
+  };
+  const double small = best_open_seconds(2000), large = best_open_seconds(32000);
+  MESSAGE("2000 tensors: " << small << " s, 32000 tensors: " << large << " s");
+  CHECK(large <= 64.0 * small);
 }
 
 TEST_CASE("view<T, R> checks dtype, rank, alignment and BOOL values") {
@@ -438,6 +480,12 @@ TEST_CASE("sharded checkpoints") {
     write_bytes(dir / "model.safetensors.index.json", "{not json");
     CHECK_THROWS_WITH_AS((void)dsa::safetensors_checkpoint::open(dir.path),
                          doctest::Contains("index is not valid JSON"), dsa::error);
+    // Non-string metadata nested 100,000 deep: refused while parsing, not printed recursively.
+    write_bytes(dir / "model.safetensors.index.json",
+                R"({"metadata": {"total_size": )" + std::string(100000, '[') + std::string(100000, ']') +
+                    R"(}, "weight_map": {}})");
+    CHECK_THROWS_WITH_AS((void)dsa::safetensors_checkpoint::open(dir.path),
+                         doctest::Contains("index nests objects and arrays deeper than 64 levels"), dsa::error);
   }
   SUBCASE("a directory that is not a checkpoint") {
     const temp_dir empty;

@@ -150,7 +150,7 @@ dsa_test::sparse_mla_result replay(const dsa_test::sparse_mla_problem& pb, index
             const float x = dsa::sparse_mla_index_valid(idx, pb.n)
                                 ? replay_logit(pb.q.data() + (t * pb.h + hh) * pb.d_qk, pb.kv.data() + idx * pb.d_qk, pb.d_qk) * pb.scale
                                 : -std::numeric_limits<float>::infinity();
-            part += dsa::detail::exp_f32(x - res.lse[static_cast<std::size_t>(t * pb.h + hh)]);
+            part += dsa::online_softmax_probability_from_lse(x, res.lse[static_cast<std::size_t>(t * pb.h + hh)]);
           }
           total += part;
         }

@@ -115,20 +115,6 @@ inline sparse_mla_inputs make_sparse_mla_inputs(dsa::index_t s, dsa::index_t h, 
     // Keys of a larger spread than the queries, so that the softmax is neither flat nor one-hot.
     in.kv = convert<dsa::bf16>(normal(static_cast<std::size_t>(n * d_qk), seed + 1, 1.5f));
   }
-  pb.q = to_floats(in.q);
-  if (fp8) {
-    REQUIRE(d_qk == dsa::kv_dim);
-    in.kv_fp8.resize(static_cast<std::size_t>(n * dsa::kv_fp8_row_bytes));
-    pb.kv.resize(static_cast<std::size_t>(n * d_qk));
-    for (index_t j = 0; j < n; ++j) {
-      std::uint8_t* row = in.kv_fp8.data() + j * dsa::kv_fp8_row_bytes;
-      dsa::kv_fp8_row_encode(in.kv.data() + j * d_qk, row);
-      dsa::sparse_mla_fp8_row_to_f32(row, pb.kv.data() + j * d_qk);
-    }
-    if (exact) REQUIRE(pb.kv == to_floats(in.kv));  // the FP8 round trip is exact on these values
-  } else {
-    pb.kv = to_floats(in.kv);
-  }
   std::mt19937_64 rng(seed + 2);
   pb.indices.resize(static_cast<std::size_t>(s * k));
   for (index_t t = 0; t < s; ++t) {
@@ -151,6 +137,33 @@ inline sparse_mla_inputs make_sparse_mla_inputs(dsa::index_t s, dsa::index_t h, 
       // top-k padding: the last third unused (fewer selectable keys than k)
       for (index_t e = k - k / 3; e < k; ++e) row[e] = -1;
     }
+  }
+  // Rows no valid index selects hold NaN (FlashMLA's tests do the same): a kernel that reads an
+  // unused entry's row, or lets a masked lane's garbage into a sum, turns the result into NaN.
+  std::vector<bool> selected(static_cast<std::size_t>(n), false);
+  for (const std::int32_t j : pb.indices) {
+    if (dsa::sparse_mla_index_valid(j, n)) selected[static_cast<std::size_t>(j)] = true;
+  }
+  for (index_t j = 0; j < n; ++j) {
+    if (selected[static_cast<std::size_t>(j)]) continue;
+    std::fill(in.kv.begin() + j * d_qk, in.kv.begin() + (j + 1) * d_qk, dsa::bf16::from_bits(0x7FC0));
+  }
+  pb.q = to_floats(in.q);
+  if (fp8) {
+    REQUIRE(d_qk == dsa::kv_dim);
+    in.kv_fp8.resize(static_cast<std::size_t>(n * dsa::kv_fp8_row_bytes));
+    pb.kv.resize(static_cast<std::size_t>(n * d_qk));
+    for (index_t j = 0; j < n; ++j) {
+      std::uint8_t* row = in.kv_fp8.data() + j * dsa::kv_fp8_row_bytes;
+      dsa::kv_fp8_row_encode(in.kv.data() + j * d_qk, row);
+      dsa::sparse_mla_fp8_row_to_f32(row, pb.kv.data() + j * d_qk);
+    }
+    if (exact) {  // the FP8 round trip is exact on these values (NaN rows stay NaN)
+      const std::vector<float> want = to_floats(in.kv);
+      for (std::size_t i = 0; i < want.size(); ++i) REQUIRE((pb.kv[i] == want[i] || (std::isnan(pb.kv[i]) && std::isnan(want[i]))));
+    }
+  } else {
+    pb.kv = to_floats(in.kv);
   }
   return in;
 }

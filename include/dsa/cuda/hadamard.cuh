@@ -33,10 +33,11 @@ struct op_impl<cuda_backend, hadamard_transform_op> {
     const index_t n = x.extent(1);
     const index_t row_bytes = n * static_cast<index_t>(sizeof(float));
     const index_t limit = cuda_detail::max_dynamic_shared_memory();
-    if (row_bytes > limit) {
+    const index_t block_bytes = row_bytes + cuda_kernels::hadamard_static_smem_bytes;
+    if (block_bytes > limit) {
       fail("hadamard_transform", "x.extent(1)", n,
            "a size whose fp32 row fits the device's shared memory per block on the CUDA backend (" +
-               std::to_string(row_bytes) + " bytes > " + std::to_string(limit) + ")");
+               std::to_string(block_bytes) + " bytes with the kernel's own > " + std::to_string(limit) + ")");
     }
     cuda_kernels::hadamard_params<T> p;
     p.x = x.data_handle();

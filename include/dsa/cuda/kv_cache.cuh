@@ -1,7 +1,7 @@
 // CUDA backend of the KV-cache pack/unpack ops (kernels: kernels/kv_cache_kernel.cuh). Bytes are
 // bit-identical to the CPU backend. Slots live in device memory, so the front-end cannot check
 // them: here a slot outside [0, cache rows) skips its token (never an out-of-bounds write), and
-// two tokens with the same slot leave one of them in the row.
+// two tokens with the same slot leave the row's contents unspecified (their writes interleave).
 #pragma once
 
 #include <cuda_runtime.h>

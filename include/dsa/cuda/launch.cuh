@@ -35,10 +35,21 @@ inline index_t max_dynamic_shared_memory() {
   return bytes;
 }
 
-/// Lets `kernel` launch with `bytes` of dynamic shared memory (needed above the 48 KB default).
+/// Shared memory a block gets without opting in: static and dynamic together.
+inline constexpr index_t default_shared_memory = 48 * 1024;
+
+/// Lets `kernel` launch with `bytes` of dynamic shared memory. A block's static and dynamic
+/// shared memory together must fit: above default_shared_memory the kernel has to opt in, and
+/// the sum must fit the device's opt-in limit (max_dynamic_shared_memory, which the op's
+/// front-end checks, static bytes included, before any CUDA call). The static size comes from
+/// the kernel itself (cudaFuncGetAttributes, a host query), so a kernel whose dynamic bytes are
+/// just under 48 KB still opts in (Hadamard's n = 12288 rows: 48 KB dynamic + 320 B static).
 template <class Kernel>
 void allow_dynamic_shared_memory(Kernel* kernel, index_t bytes) {
-  if (bytes > 48 * 1024) {
+  if (bytes == 0) return;
+  cudaFuncAttributes attributes{};
+  DSA_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  if (bytes + static_cast<index_t>(attributes.sharedSizeBytes) > default_shared_memory) {
     DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }
 }

@@ -9,7 +9,7 @@
 // lse. All on be.stream, without allocation or synchronisation.
 //
 // Limits of the kernels (dsa::error before any launch): d_v <= 512, and the head group's queries
-// plus a tile of 32 rows in fp32 must fit the device's shared memory: (48 · d_qk + 512) · 4 bytes
+// plus a tile of 32 rows in fp32 must fit the device's shared memory: (48 · d_qk + 512) · 4 bytes + 320
 // (110 KB for V3.2's d_qk = 576, so sm_80 / sm_90 and not the 99 KB of sm_86 / sm_89).
 #pragma once
 
@@ -74,8 +74,9 @@ inline index_t check_sparse_mla_cuda_limits(index_t d_qk, index_t d_v) {
   check(d_v <= cuda_kernels::sparse_mla_max_dv, op, "config.d_v", d_v,
         "at most " + std::to_string(cuda_kernels::sparse_mla_max_dv) + " on the CUDA backend");
   const index_t smem = cuda_kernels::sparse_mla_smem_bytes(d_qk);
-  check(smem <= sparse_mla_smem_ceiling, op, "q.extent(2)", d_qk,
-        "at most " + std::to_string((sparse_mla_smem_ceiling / 4 - 512) / 48) +
+  constexpr index_t static_bytes = cuda_kernels::sparse_mla_static_smem_bytes;
+  check(smem + static_bytes <= sparse_mla_smem_ceiling, op, "q.extent(2)", d_qk,
+        "at most " + std::to_string(((sparse_mla_smem_ceiling - static_bytes) / 4 - 512) / 48) +
             " on the CUDA backend (a tile of rows in shared memory)");
   return smem;
 }
@@ -86,8 +87,9 @@ void launch_sparse_mla(const cuda_backend& be, cuda_kernels::sparse_mla_params<O
   const index_t smem = check_sparse_mla_cuda_limits(p.d_qk, p.d_v);
   if (p.s == 0 || p.h == 0) return;
   const index_t device_max = max_dynamic_shared_memory();
-  check(smem <= device_max, detail::sparse_mla_op_name, "q.extent(2)", p.d_qk,
-        "a width whose tile (" + std::to_string(smem) + " bytes of shared memory) fits this device's " +
+  const index_t block_bytes = smem + cuda_kernels::sparse_mla_static_smem_bytes;
+  check(block_bytes <= device_max, detail::sparse_mla_op_name, "q.extent(2)", p.d_qk,
+        "a width whose tile (" + std::to_string(block_bytes) + " bytes of shared memory) fits this device's " +
             std::to_string(device_max) + " bytes");
   if (p.num_splits > 1) {
     // The front-end checked the workspace's size and alignment.

@@ -33,6 +33,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
+#include "dsa/model/json_structure.hpp"
 
 DSA_NAMESPACE_BEGIN
 
@@ -619,24 +620,21 @@ inline config config::load(const std::filesystem::path& file_or_dir) {
   text.resize(static_cast<std::size_t>(in.gcount()));
   if (in.bad()) config_detail::fail(name, "file", "<read error>", "a readable config.json");
 
-  // A key given twice is ambiguous (nlohmann would keep the last); reject it at any depth.
-  std::vector<std::set<std::string>> keys;
-  std::string duplicate;
-  const auto cb = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using ev = nlohmann::json::parse_event_t;
-    if (event == ev::object_start) {
-      keys.emplace_back();
-    } else if (event == ev::object_end) {
-      if (!keys.empty()) keys.pop_back();
-    } else if (event == ev::key && !keys.empty() && duplicate.empty()) {
-      const std::string& k = parsed.get_ref<const std::string&>();
-      if (!keys.back().insert(k).second) duplicate = k;
-    }
-    return true;
-  };
+  // A key given twice is ambiguous (nlohmann would keep the last): rejected at any depth, as is
+  // nesting deeper than detail::json_max_depth, before the document is built.
+  const detail::json_structure_result structure =
+      detail::json_structure_problem(text.data(), text.data() + text.size());
+  using problem = detail::json_structure_result::problem;
+  if (structure.found == problem::duplicate_key) {
+    config_detail::fail(name, structure.key, "<given twice>", "each key once per object");
+  }
+  if (structure.found == problem::too_deep) {
+    config_detail::fail(name, "JSON", "<nested deeper than " + std::to_string(detail::json_max_depth) + " levels>",
+                        "a config.json nesting objects and arrays at most that deep");
+  }
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text, cb);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     // Keep nlohmann's position and reason, without its exception tag and its own "; expected"
     // (which would read as the start of ours).
@@ -647,7 +645,7 @@ inline config config::load(const std::filesystem::path& file_or_dir) {
     for (std::size_t p = what.find("; "); p != std::string::npos; p = what.find("; ", p)) what.replace(p, 2, ", ");
     config_detail::fail(name, "JSON", "<" + what + ">", "a valid JSON document");
   }
-  if (!duplicate.empty()) config_detail::fail(name, duplicate, "<given twice>", "each key once per object");
+
   return from_json(j, name);
 }
 

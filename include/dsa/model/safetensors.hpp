@@ -44,6 +44,7 @@
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/model/json_structure.hpp"
 
 DSA_NAMESPACE_BEGIN
 
@@ -275,27 +276,27 @@ inline std::uint64_t read_le64(const std::byte* p) {
   return v;
 }
 
-/// Parses JSON text, rejecting duplicate keys in the top-level object (nlohmann would silently
-/// keep one of them, which would let two headers describe the same file differently).
+/// Parses JSON text after json_structure_problem's checks: a key twice in one object (nlohmann
+/// would silently keep one of them, which would let two headers describe the same file
+/// differently) or nesting deeper than json_max_depth is an error, and parsing stays linear.
 inline nlohmann::json parse_json_object(const std::filesystem::path& path, std::string_view what, const char* first,
                                         const char* last) {
-  std::string duplicate;
-  std::set<std::string> seen;
-  auto cb = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1 && duplicate.empty()) {
-      const std::string& k = parsed.get_ref<const std::string&>();
-      if (!seen.insert(k).second) duplicate = k;
-    }
-    return true;
-  };
+  const detail::json_structure_result structure = detail::json_structure_problem(first, last);
+  using problem = detail::json_structure_result::problem;
+  if (structure.found == problem::duplicate_key) {
+    st_fail(path, std::string(what) + " has the key " + quote_name(structure.key) + " twice in one object");
+  }
+  if (structure.found == problem::too_deep) {
+    st_fail(path, std::string(what) + " nests objects and arrays deeper than " + std::to_string(detail::json_max_depth) +
+                      " levels; expected at most that");
+  }
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(first, last, cb);
+    j = nlohmann::json::parse(first, last);
   } catch (const nlohmann::json::exception& e) {
     st_fail(path, std::string(what) + " is not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) st_fail(path, std::string(what) + " is a JSON " + j.type_name() + "; expected a JSON object");
-  if (!duplicate.empty()) st_fail(path, std::string(what) + " has the key " + quote_name(duplicate) + " twice");
   return j;
 }
 

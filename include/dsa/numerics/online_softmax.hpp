@@ -134,4 +134,12 @@ DSA_HOST_DEVICE DSA_FORCEINLINE float online_softmax_probability(const online_so
   return online_softmax_normalize(state, online_softmax_weight(state, x));
 }
 
+/// The same probability from the final lse alone (a second pass that kept no state): exp(x - lse),
+/// and 0 where online_softmax_lse returned +inf (the state whose sum is not > 0), as
+/// online_softmax_probability gives; exp(x - inf) would be NaN there for x = +inf or NaN.
+DSA_HOST_DEVICE DSA_FORCEINLINE float online_softmax_probability_from_lse(float x, float lse) {
+  if (lse == detail::pos_inf_f32()) return 0.0f;
+  return detail::exp_f32(x - lse);
+}
+
 DSA_NAMESPACE_END

@@ -4,7 +4,7 @@
 // Scatter by slot: with `slots` absent, token i goes to cache row i; otherwise to row slots[i],
 // and slots[i] = -1 skips the token. Any other slot outside [0, cache rows), and two tokens
 // writing the same slot, are errors (checked here for host memory; device kernels skip
-// out-of-range slots, and duplicate slots there leave either token in the row).
+// out-of-range slots, and duplicate slots there leave the row unspecified: writes interleave).
 #pragma once
 
 #include <algorithm>

@@ -41,6 +41,10 @@ struct hadamard_params {
   hadamard_plan plan{};
 };
 
+/// Static shared memory of hadamard_transform_kernel: the plan's sign masks of the base matrix.
+/// The front-end adds it to the rows' dynamic bytes when it checks the device's limit.
+inline constexpr index_t hadamard_static_smem_bytes = static_cast<index_t>(sizeof(hadamard_plan::negative));
+
 namespace hadamard_detail {
 
 /// Values per thread in pass 1 (strides 1 .. 4 in registers).
@@ -151,7 +155,7 @@ DSA_DEVICE inline void block_butterflies(float* s, int count, int pow2) {
 template <class T, int Threads>
 __global__ void __launch_bounds__(Threads) hadamard_transform_kernel(const hadamard_params<T> p) {
   extern __shared__ float hadamard_smem[];
-  __shared__ std::uint64_t negative[40];
+  __shared__ std::uint64_t negative[hadamard_static_smem_bytes / sizeof(std::uint64_t)];
   const int n = static_cast<int>(p.plan.n);
   const int pow2 = static_cast<int>(p.plan.pow2);
   const int base = p.plan.base;

@@ -49,9 +49,14 @@ DSA_DEVICE DSA_FORCEINLINE unsigned group_mask() {
   return 0xFFu << ((threadIdx.x % 32) / norm_row_lanes * norm_row_lanes);
 }
 
-// Lane sums combined in the CPU's pairwise order (see the header comment).
-DSA_DEVICE DSA_FORCEINLINE double combine(double lane_sum) {
-  return cuda_arch::warp_reduce_sum<norm_row_lanes>(lane_sum, group_mask());
+// Lane sums combined in the CPU's pairwise order (see the header comment): offsets rising 1, 2,
+// 4. Not cuda_arch::warp_reduce_sum, whose offsets fall (4, 2, 1) and so would form
+// ((s0+s4)+(s2+s6))+((s1+s5)+(s3+s7)), which differs where the lane sums cancel.
+DSA_DEVICE DSA_FORCEINLINE double combine(double v) {
+  const unsigned mask = group_mask();
+#pragma unroll
+  for (int offset = 1; offset < norm_row_lanes; offset *= 2) v += __shfl_xor_sync(mask, v, offset, norm_row_lanes);
+  return v;
 }
 
 }  // namespace norm_kernel_detail

@@ -92,6 +92,11 @@ struct sparse_mla_params {
   float* part_acc = nullptr;     // [num_splits, s, h, d_v]
 };
 
+/// Static shared memory of the attention kernel (rows [32], alpha, final_max, final_sum [16]),
+/// the larger of the two kernels' (probs: rows [32]); the front-end adds it to the dynamic bytes.
+inline constexpr index_t sparse_mla_static_smem_bytes =
+    static_cast<index_t>(sizeof(int) * sparse_mla_tile + 3 * sizeof(float) * sparse_mla_heads);
+
 /// Dynamic shared memory of the attention and probs kernels: the head group's queries and one
 /// tile of kv rows in fp32 ([16 + 32, d_qk]), and the tile's logits / weights [16, 32].
 DSA_HOST_DEVICE DSA_FORCEINLINE index_t sparse_mla_smem_bytes(index_t d_qk) {
@@ -201,6 +206,7 @@ template <bool Fp8, class O>
 __global__ void __launch_bounds__(sparse_mla_threads, sparse_mla_min_blocks)
     sparse_mla_attention_kernel(const sparse_mla_params<O> p) {
   extern __shared__ float4 sparse_mla_smem[];  // float4: 16-byte aligned
+  // sparse_mla_static_smem_bytes
   __shared__ int rows[sparse_mla_tile];
   __shared__ float alpha[sparse_mla_heads];
   __shared__ float final_max[sparse_mla_heads];
@@ -387,7 +393,7 @@ __global__ void __launch_bounds__(sparse_mla_threads) sparse_mla_probs_kernel(co
         float part = 0.0f;
         const index_t hn = p.h - g0 < H ? p.h - g0 : H;
         for (index_t r = 0; r < hn; ++r) {
-          part += detail::exp_f32(sl[r * T + tid] - p.lse[t * p.lse_stride + g0 + r]);
+          part += online_softmax_probability_from_lse(sl[r * T + tid], p.lse[t * p.lse_stride + g0 + r]);
         }
         total += part;
       }
