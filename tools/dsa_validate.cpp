@@ -14,6 +14,9 @@
 //
 // --backend cuda runs the same case code (validate/primitive_cases.hpp) through the CUDA executor
 // (validate/cuda_cases.hpp), present when dsa is built with DSA_ENABLE_CUDA=ON (DSA_VALIDATE_CUDA).
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -25,9 +28,11 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "dsa/core/config.hpp"
+#include "dsa/core/error.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/model/safetensors.hpp"
 #include "validate/executor.hpp"
@@ -61,7 +66,8 @@ const char* const usage_text =
     "                       DSA_ENABLE_CUDA=ON and a GPU (the current device)\n"
     "  --threads N          CPU threads, N >= 1 (default: every hardware thread); --backend cpu only\n"
     "  --dump OUT           write the inputs and the computed outputs, under the expected outputs'\n"
-    "                       names, to OUT (a golden-format file)\n"
+    "                       names, to OUT (a golden-format file; written to a new temporary file\n"
+    "                       and renamed onto OUT; OUT may not be an input or a directory)\n"
     "  -h, --help           this text\n"
     "\n"
     "exit status: 0 all checks pass, 1 a comparison failed, 2 usage, I/O or malformed-input error,\n"
@@ -73,6 +79,7 @@ struct options {
   std::string backend = "cpu";
   std::filesystem::path dump;
   int threads = 0;
+  std::vector<std::filesystem::path> inputs;  ///< every file the run reads (set by run() for --dump)
 };
 
 struct usage_error {
@@ -160,6 +167,55 @@ std::string describe(const std::vector<dsa_validate::comparison>& cs) {
   return s;
 }
 
+/// Every file the run reads, which --dump must never replace: FILE; or, with --model, the
+/// directory's config.json, expected.safetensors, checkpoint index and every checkpoint file.
+std::vector<std::filesystem::path> input_files(const options& o) {
+  if (o.model.empty()) return {o.file};
+  const std::filesystem::path& dir = o.model;
+  std::vector<std::filesystem::path> in = {dir / "config.json", dir / "expected.safetensors",
+                                           dir / dsa::safetensors_checkpoint::index_name,
+                                           dir / dsa::safetensors_checkpoint::single_name};
+  try {
+    const auto ckpt = dsa::safetensors_checkpoint::open(dir);
+    for (const dsa::safetensors_file& shard : ckpt.shards()) in.push_back(shard.path());
+  } catch (const dsa::error&) {
+    // A broken checkpoint fails the replay itself (with this message) before anything is dumped.
+  }
+  return in;
+}
+
+/// Refuses a --dump OUT that cannot be written or would replace an input: OUT in a directory that
+/// does not exist, OUT an existing directory, or OUT the same file (device and inode, through
+/// symlinks and hard links) as any of o.inputs. Checked before the run and again just before the
+/// dump is written; write_safetensors then writes a fresh temporary file and renames it onto OUT.
+void check_dump_target(const options& o) {
+  namespace fs = std::filesystem;
+  const std::string out = o.dump.string();
+  const fs::path parent = o.dump.has_parent_path() ? o.dump.parent_path() : fs::path(".");
+  struct stat st {};
+  if (::stat(parent.c_str(), &st) != 0) {
+    const int e = errno;
+    dsa::fail("validate", "--dump", out,
+              "a file in an existing directory (" + parent.string() + ": " + std::generic_category().message(e) + ")");
+  }
+  if (!S_ISDIR(st.st_mode))
+    dsa::fail("validate", "--dump", out, "a file in an existing directory (" + parent.string() + " is not a directory)");
+  if (!o.dump.has_filename()) dsa::fail("validate", "--dump", out, "the name of a file to write, not a directory path");
+  if (::stat(o.dump.c_str(), &st) != 0) return;  // nothing there (or a dangling symlink, which the dump replaces)
+  if (S_ISDIR(st.st_mode))
+    dsa::fail("validate", "--dump", out, "the name of a file to write; it is an existing directory");
+  struct stat link {};
+  const bool is_link = ::lstat(o.dump.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
+  for (const fs::path& in : o.inputs) {
+    struct stat is {};
+    if (::stat(in.c_str(), &is) == 0 && is.st_dev == st.st_dev && is.st_ino == st.st_ino) {
+      dsa::fail("validate", "--dump", out,
+                "a file other than the inputs; it is " + std::string(is_link ? "a symlink to " : "") + "the input " +
+                    in.string() + ", which the dump would replace");
+    }
+  }
+}
+
 /// The dump: every tensor of the groups that ran, with the computed outputs in place of the
 /// expected ones, so that the dump is itself a golden-format file.
 void write_dump(const options& o, const dsa::safetensors_file& f,
@@ -182,6 +238,7 @@ void write_dump(const options& o, const dsa::safetensors_file& f,
   metadata["dsa_validate.backend"] = o.backend;
   metadata["dsa_validate.version"] = std::to_string(DSA_VERSION_MAJOR) + "." + std::to_string(DSA_VERSION_MINOR) + "." +
                                      std::to_string(DSA_VERSION_PATCH);
+  check_dump_target(o);
   dsa::write_safetensors(o.dump, entries, metadata);
 }
 
@@ -285,6 +342,7 @@ int run_model(const options& o) {
     metadata["dsa_validate.backend"] = o.backend;
     metadata["dsa_validate.version"] = std::to_string(DSA_VERSION_MAJOR) + "." + std::to_string(DSA_VERSION_MINOR) +
                                        "." + std::to_string(DSA_VERSION_PATCH);
+    check_dump_target(o);
     dsa::write_safetensors(o.dump, entries, metadata);
     std::cout << "wrote " << o.dump.string() << "\n";
   }
@@ -347,13 +405,19 @@ std::optional<int> unavailable_backend(const options& o) {
 #endif
 }
 
-int run(const options& o) {
+int run(options o) {
   if (const auto code = unavailable_backend(o)) return *code;
+  if (!o.dump.empty()) {  // refuse a --dump OUT that would replace an input before running anything
+    o.inputs = input_files(o);
+    check_dump_target(o);
+  }
   if (!o.model.empty()) return run_model(o);
   const dsa::safetensors_file f = dsa::safetensors_file::open(o.file);
   const std::vector<std::string> groups = dsa_validate::detect_groups(f);
   for (const std::string& u : dsa_validate::unknown_groups(f)) {
-    std::cerr << "dsa_validate: note: ignoring tensors of unknown group '" << u << "'\n";
+    // u comes from the file's tensor names: printed with its control characters escaped.
+    std::cerr << "dsa_validate: note: ignoring tensors of unknown group '" << dsa::detail::escape_control_characters(u)
+              << "'\n";
   }
   if (groups.empty()) {
     std::cerr << "dsa_validate: " << o.file.string() << ": no known case group (expected tensors named "

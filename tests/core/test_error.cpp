@@ -40,3 +40,16 @@ TEST_CASE("fail throws, check throws only when the condition is false") {
   CHECK_THROWS_WITH_AS(dsa::check(false, "topk_indices", "k", -5, ">= 1"), "dsa::topk_indices: k = -5; expected >= 1",
                        dsa::error);
 }
+
+TEST_CASE("error messages escape control characters, so file-supplied strings cannot drive a terminal") {
+  // A tensor name from a crafted file: an ANSI colour sequence, a carriage return and a line feed
+  // that would forge a second log line, and a NUL.
+  const std::string name = std::string("w\x1b[31mred\rover\nforged") + '\0' + "end\x7f";
+  CHECK_THROWS_WITH_AS(dsa::fail("op", "name", name, "a plain name"),
+                       "dsa::op: name = w\\x1b[31mred\\x0dover\\x0aforged\\x00end\\x7f; expected a plain name",
+                       dsa::error);
+  const dsa::error e(std::string("tab\there"));
+  CHECK(std::string(e.what()) == "tab\\x09here");
+  // Printable text, UTF-8 included, passes unchanged.
+  CHECK(std::string(dsa::error("Größe = 3; expected 4").what()) == "Größe = 3; expected 4");
+}

@@ -330,6 +330,9 @@ TEST_CASE("hostile JSON headers") {
                     {"expected a non-empty tensor name"});
   expect_open_error(dir, R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4,
                     {"header has the key 'dtype' twice in one object"});
+  // A tensor name carrying a terminal escape sequence and a line feed is quoted escaped.
+  expect_open_error(dir, R"({"a\u001b[2J\nb":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4,
+                    {"tensor 'a\\x1b[2J\\x0ab': data_offsets [0, 4] = 4 bytes"});
   // Deep nesting anywhere (here a metadata value and a tensor's shape) is refused while parsing:
   // an error naming the bound, never a stack overflow when the value is printed or destroyed.
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');

@@ -358,6 +358,41 @@ TEST_CASE("dsa_validate --model exits 1 when a step's logits disagree") {
   CHECK(contains(r.output, "13 checks: 12 passed, 1 failed"));
 }
 
+TEST_CASE("dsa_validate --model fails an expected file whose prefill top-k rows hold no valid position") {
+  // All -1 (or only positions after the row) is no selection a prefill row can have: such rows
+  // count as disagreement, so a file of them scores agreement 0 and fails every top-k check.
+  temp_dir dir;
+  const auto golden = dsa::safetensors_file::open(tiny_dir / "expected.safetensors");
+  std::vector<dsa::safetensors_entry> entries;
+  std::vector<std::vector<std::int64_t>> replaced;
+  replaced.reserve(golden.tensors().size());  // the entries' spans must stay valid
+  for (const dsa::tensor_info& t : golden.tensors()) {
+    dsa::safetensors_entry e{t.name, t.type, t.shape, golden.bytes(t)};
+    if (t.name.rfind("step0.layer", 0) == 0 && t.name.size() > 5 && t.name.substr(t.name.size() - 5) == ".topk") {
+      const auto v = golden.view<std::int64_t, 3>(t);
+      replaced.emplace_back(static_cast<std::size_t>(v.size()), -1);
+      // Row r of layer 1 names only position r + 1 (after the row): not a valid entry either.
+      if (t.name == "step0.layer1.topk") {
+        const index_t rows = v.extent(1), k = v.extent(2);
+        for (index_t r = 0; r < rows; ++r) replaced.back()[static_cast<std::size_t>(r * k)] = r + 1;
+      }
+      e.data = std::as_bytes(std::span<const std::int64_t>(replaced.back()));
+    }
+    entries.push_back(e);
+  }
+  REQUIRE(replaced.size() == 3);
+  const fs::path bad = dir / "no_topk_expected.safetensors";
+  dsa::write_safetensors(bad, entries, golden.metadata());
+  const fs::path m = model_copy(dir, "no_topk", bad);
+  const auto r = run_tool(dir, {"--model", m.string(), "--threads", "2"});
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.output, "step0.layer0.topk   FAIL"));
+  CHECK(contains(r.output, "step0.layer1.topk   FAIL"));
+  CHECK(contains(r.output, "step0.layer2.topk   FAIL"));
+  CHECK(contains(r.output, "expected rows hold no valid causal position (counted as disagreement)"));
+}
+
 TEST_CASE("dsa_validate --model exits 2 with a clear message on a bad directory") {
   temp_dir dir;
   SUBCASE("missing directory") {
@@ -416,6 +451,247 @@ TEST_CASE("dsa_validate --model exits 2 with a clear message on a bad directory"
     CAPTURE(r.output);
     CHECK(r.exit_code == 2);
     CHECK(contains(r.output, "--model needs a value"));
+  }
+}
+
+// ---- --dump never destroys data ---------------------------------------------------------------
+// (issue 14) The dump is written to a fresh, exclusively created temporary file beside OUT and
+// renamed onto it; OUT may not be an input (same device and inode) or a directory.
+
+namespace {
+
+std::vector<std::string> names_in(const fs::path& d) {
+  std::vector<std::string> v;
+  for (const auto& e : fs::directory_iterator(d)) v.push_back(e.path().filename().string());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// A sharded copy of the tiny model in `dir`/name: the checkpoint as shard-1.safetensors with a
+// model.safetensors.index.json mapping every tensor to it.
+fs::path sharded_model_copy(const temp_dir& dir, const std::string& name) {
+  const fs::path m = dir / name;
+  fs::create_directories(m);
+  fs::copy_file(tiny_dir / "config.json", m / "config.json");
+  fs::copy_file(tiny_dir / "expected.safetensors", m / "expected.safetensors");
+  fs::copy_file(tiny_dir / "model.safetensors", m / "shard-1.safetensors");
+  std::string index = "{\"metadata\": {}, \"weight_map\": {";
+  const auto ckpt = dsa::safetensors_file::open(tiny_dir / "model.safetensors");
+  bool first = true;
+  for (const dsa::tensor_info& t : ckpt.tensors()) {
+    index += (first ? "\"" : ", \"") + t.name + "\": \"shard-1.safetensors\"";
+    first = false;
+  }
+  write_file(m / "model.safetensors.index.json", index + "}}");
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("dsa_validate --dump refuses to write over an input, and leaves it intact") {
+  temp_dir dir;
+  const fs::path in = dir / "in.safetensors";
+  fs::copy_file(golden_path, in);
+  const std::string before = read_file(in);
+  const std::string refused = "dsa::validate: --dump = ";
+  SUBCASE("OUT is the input, and OUT.tmp a symlink to it (the attack)") {
+    fs::create_symlink(in, dir / "in.safetensors.tmp");
+    const auto r = run_tool(dir, {in.string(), "--dump", in.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, refused + in.string() + "; expected a file other than the inputs; it is the input " +
+                                 in.string() + ", which the dump would replace"));
+    CHECK_FALSE(contains(r.output, "PASS"));  // refused before anything ran
+    CHECK(fs::is_symlink(dir / "in.safetensors.tmp"));
+  }
+  SUBCASE("OUT is a symlink to the input") {
+    fs::create_symlink(in, dir / "link.safetensors");
+    const auto r = run_tool(dir, {in.string(), "--dump", (dir / "link.safetensors").string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "it is a symlink to the input " + in.string()));
+    CHECK(fs::is_symlink(dir / "link.safetensors"));
+  }
+  SUBCASE("OUT is a hard link to the input") {
+    fs::create_hard_link(in, dir / "hard.safetensors");
+    const auto r = run_tool(dir, {in.string(), "--dump", (dir / "hard.safetensors").string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "it is the input " + in.string()));
+  }
+  SUBCASE("the input is OUT.tmp: the dump goes to OUT, the input is never touched") {
+    const fs::path tmp_named = dir / "out.safetensors.tmp";
+    fs::rename(in, tmp_named);
+    const fs::path out = dir / "out.safetensors";
+    const auto r = run_tool(dir, {tmp_named.string(), "--dump", out.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(read_file(tmp_named) == before);
+    CHECK(dsa::safetensors_file::open(out).tensors().size() == dsa::safetensors_file::open(golden_path).tensors().size());
+    fs::rename(tmp_named, in);
+  }
+  CHECK(read_file(in) == before);
+}
+
+TEST_CASE("dsa_validate --model --dump refuses every file of the model directory") {
+  temp_dir dir;
+  const fs::path single = model_copy(dir, "single", tiny_dir / "expected.safetensors");
+  const fs::path sharded = sharded_model_copy(dir, "sharded");
+  for (const fs::path& target :
+       {single / "expected.safetensors", single / "config.json", single / "model.safetensors",
+        sharded / "shard-1.safetensors", sharded / "model.safetensors.index.json", sharded / "expected.safetensors"}) {
+    CAPTURE(target.string());
+    const fs::path m = target.parent_path();
+    const std::string before = read_file(target);
+    const auto r = run_tool(dir, {"--model", m.string(), "--dump", target.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "dsa::validate: --dump = " + target.string() + "; expected a file other than the inputs"));
+    CHECK_FALSE(contains(r.output, "PASS"));
+    CHECK(read_file(target) == before);
+  }
+  CHECK(names_in(sharded) == std::vector<std::string>{"config.json", "expected.safetensors",
+                                                      "model.safetensors.index.json", "shard-1.safetensors"});
+}
+
+TEST_CASE("dsa_validate --dump through a planted OUT.tmp or OUT symlink leaves the victim intact") {
+  temp_dir dir;
+  const fs::path victim = dir / "victim.txt";
+  write_file(victim, "precious data\n");
+  const fs::path out_dir = dir / "out";
+  fs::create_directories(out_dir);
+  const fs::path out = out_dir / "dump.safetensors";
+  SUBCASE("OUT.tmp is a symlink to the victim") {
+    fs::create_symlink(victim, out_dir / "dump.safetensors.tmp");
+    const auto r = run_tool(dir, {golden_path.string(), "--dump", out.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(fs::is_symlink(out_dir / "dump.safetensors.tmp"));  // not ours: neither used nor removed
+    CHECK(fs::is_regular_file(fs::symlink_status(out)));
+  }
+  SUBCASE("OUT is a symlink to the victim (not an input): the link is replaced, not written through") {
+    fs::create_symlink(victim, out);
+    const auto r = run_tool(dir, {golden_path.string(), "--dump", out.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(fs::is_regular_file(fs::symlink_status(out)));
+  }
+  CHECK(read_file(victim) == "precious data\n");
+  CHECK(dsa::safetensors_file::open(out).contains("topk.indices"));
+}
+
+TEST_CASE("dsa_validate --dump onto a directory or into a missing one: a clear error, not \"Success\"") {
+  temp_dir dir;
+  const fs::path d = dir / "existing_dir";
+  fs::create_directories(d);
+  write_file(d / "keep.txt", "x");
+  SUBCASE("OUT is an existing directory") {
+    const auto r = run_tool(dir, {golden_path.string(), "--dump", d.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "dsa::validate: --dump = " + d.string() +
+                                 "; expected the name of a file to write; it is an existing directory"));
+    CHECK_FALSE(contains(r.output, "Success"));
+  }
+  SUBCASE("OUT is a symlink to a directory") {
+    fs::create_directory_symlink(d, dir / "dir_link");
+    const auto r = run_tool(dir, {golden_path.string(), "--dump", (dir / "dir_link").string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "it is an existing directory"));
+    CHECK_FALSE(contains(r.output, "Success"));
+  }
+  SUBCASE("OUT in a directory that does not exist") {
+    const fs::path out = dir / "no_such_dir" / "dump.safetensors";
+    const auto r = run_tool(dir, {golden_path.string(), "--dump", out.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "dsa::validate: --dump = " + out.string() + "; expected a file in an existing directory (" +
+                                 (dir / "no_such_dir").string() + ": No such file or directory)"));
+    CHECK_FALSE(contains(r.output, "Success"));
+  }
+  CHECK(names_in(d) == std::vector<std::string>{"keep.txt"});
+}
+
+TEST_CASE("dsa_validate --dump succeeds and leaves no temporary file behind, also over an earlier dump") {
+  temp_dir dir;
+  const fs::path out_dir = dir / "out";
+  fs::create_directories(out_dir);
+  const fs::path out = out_dir / "dump.safetensors";
+  for (int run = 0; run < 2; ++run) {
+    CAPTURE(run);
+    const auto r = run_tool(dir, {golden_path.string(), "--dump", out.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(contains(r.output, "wrote " + out.string()));
+    CHECK(names_in(out_dir) == std::vector<std::string>{"dump.safetensors"});
+    CHECK(dsa::safetensors_file::open(out).tensors().size() == dsa::safetensors_file::open(golden_path).tensors().size());
+  }
+}
+
+TEST_CASE("write_safetensors: a fresh temporary file renamed into place, even over a file it reads from") {
+  temp_dir dir;
+  const std::vector<float> v = {1, 2, 3, 4};
+  const std::vector<dsa::safetensors_entry> entries = {
+      {"x", dsa::dtype::f32, {4}, std::as_bytes(std::span<const float>(v))}};
+  SUBCASE("rewriting a file from its own mapping: the mapping stays valid, the file is complete") {
+    const fs::path p = dir / "self.safetensors";
+    fs::copy_file(golden_path, p);
+    fs::create_symlink(p, dir / "self.safetensors.tmp");  // the old writer's fixed name
+    {
+      const auto f = dsa::safetensors_file::open(p);
+      std::vector<dsa::safetensors_entry> same;
+      for (const dsa::tensor_info& t : f.tensors()) same.push_back({t.name, t.type, t.shape, f.bytes(t)});
+      dsa::write_safetensors(p, same, f.metadata());
+      const auto golden = dsa::safetensors_file::open(golden_path);
+      const auto a = golden.bytes("topk.indices"), b = f.bytes("topk.indices");  // still mapped: the old bytes
+      CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+    }
+    const auto g = dsa::safetensors_file::open(golden_path);
+    const auto f = dsa::safetensors_file::open(p);  // complete: every tensor, the same bytes
+    REQUIRE(f.tensors().size() == g.tensors().size());
+    for (const dsa::tensor_info& t : g.tensors()) {
+      const auto a = g.bytes(t), b = f.bytes(t.name);
+      CHECK_MESSAGE(std::equal(a.begin(), a.end(), b.begin(), b.end()), t.name);
+    }
+    CHECK(names_in(dir.path) == std::vector<std::string>{"self.safetensors", "self.safetensors.tmp"});
+  }
+  SUBCASE("a directory is refused up front") {
+    const fs::path d = dir / "a_dir";
+    fs::create_directories(d);
+    try {
+      dsa::write_safetensors(d, entries);
+      FAIL("no error");
+    } catch (const dsa::error& e) {
+      const std::string what = e.what();
+      CAPTURE(what);
+      CHECK(contains(what, "dsa::safetensors: " + d.string() + ": is a directory; expected the name of a file to write"));
+    }
+    CHECK(fs::is_empty(d));
+  }
+  SUBCASE("a missing directory: the reason, and nothing created") {
+    const fs::path p = dir / "missing" / "x.safetensors";
+    try {
+      dsa::write_safetensors(p, entries);
+      FAIL("no error");
+    } catch (const dsa::error& e) {
+      const std::string what = e.what();
+      CAPTURE(what);
+      CHECK(contains(what, "cannot create a temporary file in " + (dir / "missing").string() +
+                               ": No such file or directory"));
+    }
+    CHECK(names_in(dir.path).empty());
+  }
+  SUBCASE("a planted symlink at OUT.tmp is neither followed nor removed") {
+    const fs::path victim = dir / "victim.txt";
+    write_file(victim, "victim");
+    fs::create_symlink(victim, dir / "x.safetensors.tmp");
+    dsa::write_safetensors(dir / "x.safetensors", entries);
+    CHECK(read_file(victim) == "victim");
+    CHECK(fs::is_symlink(dir / "x.safetensors.tmp"));
+    CHECK(names_in(dir.path) == std::vector<std::string>{"victim.txt", "x.safetensors", "x.safetensors.tmp"});
+    const auto f = dsa::safetensors_file::open(dir / "x.safetensors");
+    CHECK(f.view<float, 1>("x").data_handle()[3] == 4.0f);
   }
 }
 

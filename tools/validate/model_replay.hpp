@@ -189,8 +189,12 @@ model_case_result run_model_case(const B& be, const std::filesystem::path& dir) 
       throw input_error("dsa_validate: " + exp.path().string() + ": " + name + " shape = " +
                         dsa::format_shape(want.shape) + "; expected " + dsa::format_shape(got.shape));
     }
+    // A prefill row r always has r + 1 >= 1 causal candidates, so an expected row without one
+    // valid entry (all -1, or only positions after r) is nonsense and counts as disagreement,
+    // never as agreement: an expected file of -1 rows scores 0 and fails.
     const index_t rows = want.extent(1), k = want.extent(2);
     double sum = 0;
+    index_t incomparable = 0;
     for (index_t r = 0; r < rows; ++r) {
       std::set<std::int64_t> w, g;
       for (index_t j = 0; j < k; ++j) {
@@ -201,9 +205,17 @@ model_case_result run_model_case(const B& be, const std::filesystem::path& dir) 
       }
       std::size_t common = 0;
       for (std::int64_t e : w) common += g.count(e);
-      sum += w.empty() ? 1.0 : double(common) / double(std::max(w.size(), g.size()));
+      if (w.empty()) {
+        ++incomparable;
+        continue;
+      }
+      sum += double(common) / double(std::max(w.size(), g.size()));
     }
-    const double agree = sum / double(rows);
+    const double agree = rows > 0 ? sum / double(rows) : 0.0;
+    if (incomparable > 0) {
+      out.diagnostics.push_back(name + ": " + std::to_string(incomparable) + " of " + std::to_string(rows) +
+                                " expected rows hold no valid causal position (counted as disagreement)");
+    }
     out.topk_agreement.push_back(agree);
     out.result.comparisons.push_back(
         {name, "1 - mean set agreement", 1.0 - agree, 1.0 - model_min_topk_agreement, agree >= model_min_topk_agreement});

@@ -14,10 +14,37 @@
 
 DSA_NAMESPACE_BEGIN
 
-/// Thrown when a host-side precondition fails: bad shapes, dtypes, ranges or file contents.
+namespace detail {
+
+/// `text` with every control character (0x00-0x1F, 0x7F) written as \xNN: error messages quote
+/// strings from files (tensor names, keys, shard names), and a crafted one must not drive the
+/// terminal (escape sequences) or forge lines of a log (CR, LF) when the message is printed.
+inline std::string escape_control_characters(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7F) {
+      constexpr char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 0xF];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// Thrown when a host-side precondition fails: bad shapes, dtypes, ranges or file contents. The
+/// message is printable as it stands: control characters are escaped (\xNN) on construction.
 class error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit error(std::string_view what) : std::runtime_error(detail::escape_control_characters(what)) {}
+  explicit error(const std::string& what) : error(std::string_view(what)) {}
+  explicit error(const char* what) : error(std::string_view(what)) {}
 };
 
 namespace detail {

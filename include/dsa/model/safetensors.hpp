@@ -21,7 +21,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -31,6 +33,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <set>
 #include <span>
 #include <string>
@@ -699,6 +702,116 @@ class safetensors_checkpoint {
 
 // ---- the writer ---------------------------------------------------------------------------
 
+namespace safetensors_detail {
+
+inline std::string errno_message(int e) { return std::generic_category().message(e); }
+
+/// Refuses a `path` that cannot name the file to write: no file name, or an existing directory
+/// (a symlink to one included), before anything is created.
+inline void check_write_target(const std::filesystem::path& path) {
+  if (path.empty() || !path.has_filename()) st_fail(path, "expected the name of a file to write, not a directory path");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    st_fail(path, "is a directory; expected the name of a file to write");
+}
+
+/// A 16-hex-digit name part that no other writer (thread or process) is likely to pick: the
+/// exclusive create makes a clash safe, this only makes it rare.
+inline std::string random_name_part() {
+  static std::atomic<std::uint64_t> counter{0};
+  std::uint64_t x = counter.fetch_add(1, std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull;
+  x ^= static_cast<std::uint64_t>(::getpid()) << 32;
+  x ^= static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  try {
+    std::random_device rd;
+    x ^= (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  } catch (const std::exception&) {  // no entropy source: the mix above still differs per call
+  }
+  x ^= x >> 30;  // splitmix64's finalizer
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (std::size_t i = 0; i < 16; ++i) s[i] = hex[(x >> (4 * i)) & 0xFu];
+  return s;
+}
+
+/// The writer's temporary file: created in `target`'s directory with O_CREAT | O_EXCL | O_NOFOLLOW
+/// under a fresh name ("<name>.<random>.tmp"), so it is always a new file of its own. commit()
+/// renames it onto `target`; until then the destructor removes it (and only it).
+class temp_file {
+ public:
+  explicit temp_file(std::filesystem::path target) : target_(std::move(target)) {
+    const std::filesystem::path dir = target_.has_parent_path() ? target_.parent_path() : std::filesystem::path(".");
+    std::string stem = target_.filename().string();
+    if (stem.size() > 200) stem.resize(200);  // keep "<stem>.<16 hex>.tmp" within NAME_MAX
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      std::filesystem::path p = dir / (stem + "." + random_name_part() + ".tmp");
+      const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+      if (fd >= 0) {
+        fd_ = fd;
+        path_ = std::move(p);
+        return;
+      }
+      const int e = errno;
+      if (e != EEXIST && e != EINTR) {
+        st_fail(target_, "cannot create a temporary file in " + dir.string() + ": " + errno_message(e));
+      }
+    }
+    st_fail(target_, "cannot create a temporary file in " + dir.string() + ": every name tried already exists");
+  }
+  temp_file(const temp_file&) = delete;
+  temp_file& operator=(const temp_file&) = delete;
+  ~temp_file() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+
+  const std::filesystem::path& path() const { return path_; }
+
+  void write(const char* p, std::size_t n) {
+    while (n > 0) {
+      const ::ssize_t w = ::write(fd_, p, std::min<std::size_t>(n, std::size_t{1} << 30));
+      if (w < 0) {
+        const int e = errno;
+        if (e == EINTR) continue;
+        st_fail(target_, "cannot write " + path_.string() + ": " + errno_message(e));
+      }
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    }
+  }
+
+  /// Flushes, closes and renames onto the target; on any failure the temporary file is removed
+  /// and the target is left as it was.
+  void commit() {
+    if (::fsync(fd_) != 0) {
+      const int e = errno;
+      if (e != EINVAL && e != EROFS)  // a file system without fsync: nothing to flush to
+        st_fail(target_, "cannot write " + path_.string() + ": " + errno_message(e));
+    }
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) {
+      const int e = errno;
+      st_fail(target_, "cannot write " + path_.string() + ": " + errno_message(e));
+    }
+    if (::rename(path_.c_str(), target_.c_str()) != 0) {
+      const int e = errno;  // before anything else can overwrite it
+      st_fail(target_, "cannot rename " + path_.string() + " into place: " + errno_message(e));
+    }
+    path_.clear();  // it is the target now: nothing to remove
+  }
+
+ private:
+  std::filesystem::path target_;
+  std::filesystem::path path_;
+  int fd_ = -1;
+};
+
+}  // namespace safetensors_detail
+
 /// One tensor to write: name, dtype, shape and its little-endian bytes (borrowed).
 struct safetensors_entry {
   std::string name;
@@ -731,7 +844,12 @@ safetensors_entry make_safetensors_entry(std::string name, host_view<T, Rank> v)
 /// Writes a safetensors file: the official layout (header padded with spaces to a multiple of 8,
 /// tensors packed without gaps, widest dtypes first so that every tensor is aligned to its element
 /// size). Validates names (non-empty, unique, not "__metadata__"), shapes and byte counts.
-/// Writes to `path`.tmp and renames, so a failed write never leaves a half-written `path`.
+/// Writes to a fresh temporary file beside `path` (created exclusively under a random name, so
+/// it never follows a planted symlink nor truncates an existing file, in particular one still
+/// memory-mapped as an input) and renames it onto `path` only once everything is written: a
+/// failed write never leaves a half-written `path` and removes nothing but that temporary file.
+/// An existing `path` is replaced, never written through (a symlink `path` is replaced by the new
+/// file, its target untouched); a directory `path` is refused.
 inline void write_safetensors(const std::filesystem::path& path, std::span<const safetensors_entry> entries,
                               const std::map<std::string, std::string>& metadata = {}) {
   std::vector<const safetensors_entry*> order;
@@ -778,34 +896,17 @@ inline void write_safetensors(const std::filesystem::path& path, std::span<const
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
 
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      safetensors_detail::st_fail(path,
-                                  "cannot create " + tmp.string() + ": " + std::generic_category().message(errno));
-    std::array<char, 8> len{};
-    for (int i = 0; i < 8; ++i) len[static_cast<std::size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xFFu);
-    out.write(len.data(), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const safetensors_entry* e : order) {
-      if (e->data.empty()) continue;  // an empty span may hold a null pointer
-      out.write(reinterpret_cast<const char*>(e->data.data()), static_cast<std::streamsize>(e->data.size()));
-    }
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      safetensors_detail::st_fail(path, "write failed");
-    }
+  safetensors_detail::check_write_target(path);
+  std::array<char, 8> len{};
+  for (int i = 0; i < 8; ++i) len[static_cast<std::size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xFFu);
+  safetensors_detail::temp_file tmp(path);
+  tmp.write(len.data(), len.size());
+  tmp.write(text.data(), text.size());
+  for (const safetensors_entry* e : order) {
+    if (e->data.empty()) continue;  // an empty span may hold a null pointer
+    tmp.write(reinterpret_cast<const char*>(e->data.data()), e->data.size());
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    safetensors_detail::st_fail(path, "cannot rename " + tmp.string() + " into place: " + ec.message());
-  }
+  tmp.commit();
 }
 
 inline void write_safetensors(const std::filesystem::path& path, const std::vector<safetensors_entry>& entries,
