@@ -3,7 +3,9 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <numeric>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -178,4 +180,63 @@ TEST_CASE("check_extent / check_valid / check_inner_contiguous: messages name op
   CHECK_THROWS_WITH_AS(
       dsa::check_inner_contiguous("my_op", "y", dsa::tensor_view<float, 3>(buf.data(), {2, 4, 2}, {32, 1, 4})),
       "dsa::my_op: y.stride(2) = 4; expected 1 (unit-stride rows)", dsa::error);
+}
+
+TEST_CASE("tensor_view: extents whose element count overflows int64 are rejected at construction") {
+  // Issue 14: {2^57, 128} has 2^64 elements; size() wrapped to 0, so an op returned having done
+  // nothing and skipped its null-data check.
+  constexpr index_t two57 = index_t{1} << 57;
+  constexpr index_t max = std::numeric_limits<index_t>::max();
+  const char* count = "expected an element count (the product of the extents) that fits in int64";
+  CHECK_THROWS_WITH_AS(dsa::make_view(static_cast<float*>(nullptr), {two57, 128}),
+                       (std::string("dsa::tensor_view: extents = [144115188075855872, 128]; ") + count).c_str(),
+                       dsa::error);
+  CHECK_THROWS_WITH_AS((dsa::tensor_view<float, 2>(nullptr, {two57, 128})), doctest::Contains(count), dsa::error);
+  CHECK_THROWS_WITH_AS((dsa::tensor_view<float, 2>(nullptr, {two57, 128}, {128, 1})), doctest::Contains(count),
+                       dsa::error);
+  CHECK_THROWS_WITH_AS(dsa::make_view<dsa::device_space>(static_cast<float*>(nullptr), {2, 2, max}),
+                       doctest::Contains(count), dsa::error);
+  // A zero extent does not hide two huge ones (an op may multiply any subset of the extents).
+  CHECK_THROWS_WITH_AS(dsa::make_view(static_cast<float*>(nullptr), {two57, 0, 128}), doctest::Contains(count),
+                       dsa::error);
+  // Negative extents count by magnitude (check_valid rejects them by name in the op front-ends).
+  CHECK_THROWS_WITH_AS(dsa::make_view(static_cast<float*>(nullptr), {-two57, 128}), doctest::Contains(count),
+                       dsa::error);
+  CHECK_THROWS_WITH_AS(dsa::make_view(static_cast<float*>(nullptr), {std::numeric_limits<index_t>::min()}),
+                       doctest::Contains(count), dsa::error);
+  CHECK_THROWS_WITH_AS(dsa::make_view(static_cast<float*>(nullptr), {index_t{1} << 32, index_t{1} << 31}),
+                       doctest::Contains(count), dsa::error);
+
+  // Up to int64's maximum is fine, empty or not.
+  CHECK(dsa::make_view(static_cast<float*>(nullptr), {max}).size() == max);
+  CHECK(dsa::make_view(static_cast<float*>(nullptr), {0, max}).size() == 0);
+  CHECK(dsa::make_view(static_cast<float*>(nullptr), {max, 1, 0}).stride(0) == 0);
+  CHECK(dsa::make_view(static_cast<float*>(nullptr), {index_t{1} << 31, (index_t{1} << 32) - 1}).size() ==
+        (index_t{1} << 31) * ((index_t{1} << 32) - 1));
+  CHECK(dsa::make_view(static_cast<float*>(nullptr), {-1, 3}).size() == -3);
+  CHECK(dsa::make_view(static_cast<float*>(nullptr), {two57, 63}).size() == two57 * 63);
+}
+
+TEST_CASE("tensor_view: strides whose element offsets overflow int64 are rejected at construction") {
+  constexpr index_t max = std::numeric_limits<index_t>::max();
+  constexpr index_t min = std::numeric_limits<index_t>::min();
+  const char* offsets = "expected element offsets (sums of index * stride) that fit in int64 for extents ";
+  float x = 0.0f;
+  CHECK_THROWS_WITH_AS((dsa::tensor_view<float, 2>(&x, {3, 4}, {max / 2 + 1, 1})),
+                       (std::string("dsa::tensor_view: strides = [4611686018427387904, 1]; ") + offsets + "[3, 4]")
+                           .c_str(),
+                       dsa::error);
+  // Each term fits, their sum does not.
+  CHECK_THROWS_WITH_AS((dsa::tensor_view<float, 2>(&x, {2, 2}, {max, 1})), doctest::Contains(offsets), dsa::error);
+  // Negative strides: the negative terms are summed apart from the positive ones.
+  CHECK_THROWS_WITH_AS((dsa::tensor_view<float, 2>(&x, {2, 2}, {min, -1})), doctest::Contains(offsets), dsa::error);
+  CHECK_THROWS_WITH_AS((dsa::tensor_view<float, 1>(&x, {3}, {min / 2 - 1})), doctest::Contains(offsets), dsa::error);
+
+  // The largest reachable offsets that fit, and extents without an index (their stride is
+  // never used for an element).
+  CHECK((dsa::tensor_view<float, 2>(&x, {2, 2}, {max - 1, 1})).stride(0) == max - 1);
+  CHECK((dsa::tensor_view<float, 2>(&x, {2, 2}, {min, max})).stride(1) == max);
+  CHECK((dsa::tensor_view<float, 2>(&x, {1, 5}, {max, 1})).size() == 5);
+  CHECK((dsa::tensor_view<float, 2>(&x, {0, 5}, {max, max / 4})).size() == 0);
+  CHECK((dsa::tensor_view<float, 2>(&x, {-2, 5}, {max, 1})).size() == -10);
 }

@@ -470,6 +470,42 @@ TEST_CASE("sharded checkpoints") {
     CHECK_THROWS_WITH_AS((void)dsa::safetensors_checkpoint::open(dir.path),
                          doctest::Contains("expected a plain file name"), dsa::error);
   }
+  SUBCASE("a shard name with an embedded NUL") {
+    write_bytes(dir / "model.safetensors.index.json",
+                std::string(R"({"weight_map": {"layer.a": "model-00001-of-00002.safetensors\u0000.x"}})"));
+    CHECK_THROWS_WITH_AS((void)dsa::safetensors_checkpoint::open(dir.path),
+                         doctest::Contains("expected a plain file name"), dsa::error);
+  }
+  SUBCASE("a shard symlinked outside the checkpoint is refused; the Hugging Face cache layout is not") {
+    // A link to a file elsewhere: refused before the file is opened.
+    const temp_dir elsewhere;
+    write_bytes(elsewhere / "secret.txt", std::string("root:x:0:0:root:/root:/bin/bash\n"));
+    fs::create_symlink(elsewhere / "secret.txt", dir / "model-00003-of-00003.safetensors");
+    write_index(R"({"layer.a": "model-00003-of-00003.safetensors"})");
+    try {
+      (void)dsa::safetensors_checkpoint::open(dir.path);
+      FAIL("a shard outside the checkpoint was opened");
+    } catch (const dsa::error& e) {
+      const std::string m = e.what();
+      CHECK(m.find("expected a shard inside the checkpoint directory") != std::string::npos);
+      CHECK(m.find("root:x") == std::string::npos);  // none of the file's bytes
+    }
+    // model.safetensors of a plain directory likewise.
+    const temp_dir single;
+    fs::create_symlink(elsewhere / "secret.txt", single / "model.safetensors");
+    CHECK_THROWS_WITH_AS((void)dsa::safetensors_checkpoint::open(single.path),
+                         doctest::Contains("expected a shard inside the checkpoint directory"), dsa::error);
+    // <repo>/snapshots/<revision>/<shard> -> ../../blobs/<hash>: the hub cache, accepted.
+    const temp_dir repo;
+    fs::create_directories(repo / "blobs");
+    fs::create_directories(repo / "snapshots" / "abc123");
+    fs::copy_file(dir / "model-00001-of-00002.safetensors", repo / "blobs" / "0f1e2d");
+    fs::create_symlink("../../blobs/0f1e2d", repo / "snapshots" / "abc123" / "model-00001-of-00002.safetensors");
+    write_bytes(repo / "snapshots" / "abc123" / "model.safetensors.index.json",
+                R"({"weight_map": {"layer.a": "model-00001-of-00002.safetensors"}})");
+    const auto ck = dsa::safetensors_checkpoint::open(repo / "snapshots" / "abc123");
+    CHECK(ck.contains("layer.a"));
+  }
   SUBCASE("malformed indices") {
     write_bytes(dir / "model.safetensors.index.json", R"({"metadata": {}})");
     CHECK_THROWS_WITH_AS((void)dsa::safetensors_checkpoint::open(dir.path), doctest::Contains("missing \"weight_map\""),

@@ -327,6 +327,10 @@ TEST_CASE("a config.json contradicting the tensors names the file and the tensor
             "tensor 'model.layers.1.mlp.gate.weight' shape = [16, 256]; expected [8, 256] (n_routed_experts, hidden_size)"},
            {"vocab_size", 1024, "tensor 'model.embed_tokens.weight' shape = [512, 256]; expected [1024, 256]"},
            {"num_hidden_layers", 4, "tensor 'model.layers.3.input_layernorm.weight' presence = missing"},
+           // Fewer layers than stored would run a truncated model: refused (num_layers truncates on purpose).
+           {"num_hidden_layers", 2,
+            "config.json num_hidden_layers = 2; expected the checkpoint's layer count: it stores model.layers.0 .. 2 "
+            "(3 layers, 0 of them MTP per num_nextn_predict_layers); to run fewer layers, load with num_layers"},
            {"q_lora_rank", 128, "tensor 'model.layers.0.self_attn.q_a_proj.weight' shape = [256, 256]; expected [128, 256]"},
            {"moe_intermediate_size", 256,
             "tensor 'model.layers.1.mlp.experts.0.gate_proj.weight' shape = [128, 256]; expected [256, 256]"},

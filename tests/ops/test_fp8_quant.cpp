@@ -491,3 +491,27 @@ TEST_CASE("bad arguments are rejected with a clear dsa::error") {
   CHECK_THROWS_WITH_AS(dsa::weight_dequant(dsa::cpu, qv, dsa::tensor_view<float, 2>(ws.data(), {1, 2}, {2, 2}), yv),
                        doctest::Contains("dsa::weight_dequant: s.stride(1) = 2; expected 1"), dsa::error);
 }
+
+TEST_CASE("weight_quant / weight_dequant: ceil(extent / 128) is exact up to INT64_MAX") {
+  // Issue 14: ceil_div was (a + 127) / 128, which overflowed for w of shape [0, INT64_MAX].
+  constexpr index_t max = std::numeric_limits<index_t>::max();
+  constexpr index_t blocks = index_t{1} << 56;  // ceil((2^63 - 1) / 128)
+  float w = 0.0f;
+  fp8_e4m3 q{};
+  float s = 0.0f;
+  CHECK_NOTHROW(dsa::weight_quant(dsa::cpu, dsa::make_view(&w, {0, max}), dsa::make_view(&q, {0, max}),
+                                  dsa::make_view(&s, {0, blocks})));
+  CHECK_NOTHROW(dsa::weight_quant(dsa::cpu, dsa::make_view(&w, {max, 0}), dsa::make_view(&q, {max, 0}),
+                                  dsa::make_view(&s, {blocks, 0})));
+  CHECK_THROWS_WITH_AS(dsa::weight_quant(dsa::cpu, dsa::make_view(&w, {0, max}), dsa::make_view(&q, {0, max}),
+                                         dsa::make_view(&s, {0, 5})),
+                       "dsa::weight_quant: s.extent(1) = 5; expected 72057594037927936 (ceil(w.extent(1) / 128))",
+                       dsa::error);
+  CHECK_NOTHROW(dsa::weight_dequant(dsa::cpu, dsa::make_view(&q, {0, max}), dsa::make_view(&s, {0, blocks}),
+                                    dsa::make_view(&w, {0, max})));
+  CHECK_THROWS_WITH_AS(dsa::weight_dequant(dsa::cpu, dsa::make_view(&q, {max, 0}), dsa::make_view(&s, {blocks - 1, 0}),
+                                           dsa::make_view(&w, {max, 0})),
+                       "dsa::weight_dequant: s.extent(0) = 72057594037927935; expected 72057594037927936 "
+                       "(ceil(q.extent(0) / 128))",
+                       dsa::error);
+}

@@ -397,3 +397,24 @@ TEST_CASE("indexer_kl_loss workspace overloads: the CPU checks the workspace and
                          doctest::Contains("workspace = a view overlapping grad_index"), dsa::error);
   }
 }
+
+TEST_CASE("indexer_kl_loss workspace sizes beyond int64 are a dsa::error, not garbage") {
+  constexpr index_t max = std::numeric_limits<index_t>::max();
+  CHECK(dsa::indexer_kl_loss_dense_workspace_size(max / 8 - 1) == (max / 8 - 1) * 8);  // already a multiple of 16
+  CHECK_THROWS_WITH_AS(dsa::indexer_kl_loss_dense_workspace_size(max / 8 + 1),
+                       "dsa::indexer_kl_loss_dense_workspace_size: m = 1152921504606846976; expected a workspace size "
+                       "(8 * m bytes, rounded up to 16) that fits in int64",
+                       dsa::error);
+  // 8 * m fits, rounding it up to 16 does not.
+  CHECK_THROWS_AS(dsa::indexer_kl_loss_dense_workspace_size(max / 8), dsa::error);
+  CHECK_THROWS_WITH_AS(dsa::indexer_kl_loss_sparse_workspace_size(index_t{1} << 40, index_t{1} << 30),
+                       "dsa::indexer_kl_loss_sparse_workspace_size: (m, k) = (1099511627776, 1073741824); expected a "
+                       "workspace size (8 * m + 4 * m * k bytes, each rounded up to 16) that fits in int64",
+                       dsa::error);
+  CHECK_THROWS_AS(dsa::indexer_kl_loss_sparse_workspace_size(1, max), dsa::error);
+  CHECK_THROWS_AS(dsa::indexer_kl_loss_sparse_workspace_size(max / 8 + 1, 0), dsa::error);
+  // Each part fits, their sum does not: 2^61 + 3 * 2^61.
+  CHECK_THROWS_AS(dsa::indexer_kl_loss_sparse_workspace_size(index_t{1} << 58, 6), dsa::error);
+  CHECK(dsa::indexer_kl_loss_sparse_workspace_size(index_t{1} << 58, 2) == (index_t{1} << 61) + (index_t{1} << 61));
+  CHECK(dsa::indexer_kl_loss_sparse_workspace_size(0, max) == 0);
+}

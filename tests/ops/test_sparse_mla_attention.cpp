@@ -411,3 +411,45 @@ TEST_CASE("sparse_mla_attention rejects bad arguments") {
                                 dsa::make_view(out512.data(), {2, 4, 256}), lv, dsa::sparse_mla_config{0.04f, 256}),
       doctest::Contains("dsa::sparse_mla_attention: config.d_v = 256; expected 512"), Catch);
 }
+
+TEST_CASE("sparse_mla_attention_workspace_size: a size beyond int64 is a dsa::error, not garbage") {
+  // Issue 14: (2^40, 2^20, 512, 64) wrapped around.
+  CHECK_THROWS_WITH_AS(dsa::sparse_mla_attention_workspace_size(index_t{1} << 40, index_t{1} << 20, 512, 64),
+                       "dsa::sparse_mla_attention_workspace_size: (s, h, d_v, num_splits) = (1099511627776, 1048576, "
+                       "512, 64); expected a workspace size (8 * num_splits * s * h, rounded up to 16, + 4 * "
+                       "num_splits * s * h * d_v bytes) that fits in int64",
+                       dsa::error);
+  constexpr index_t max = std::numeric_limits<index_t>::max();
+  // Each step of the formula: num_splits * s, then * h, the pairs' bytes, the accumulators.
+  CHECK_THROWS_AS(dsa::sparse_mla_attention_workspace_size(max, 1, 1, 2), dsa::error);
+  CHECK_THROWS_AS(dsa::sparse_mla_attention_workspace_size(max / 2, 3, 1, 2), dsa::error);
+  CHECK_THROWS_AS(dsa::sparse_mla_attention_workspace_size(index_t{1} << 59, 1, 1, 2), dsa::error);
+  CHECK_THROWS_AS(dsa::sparse_mla_attention_workspace_size(index_t{1} << 40, 1, index_t{1} << 22, 2), dsa::error);
+  CHECK_THROWS_AS(dsa::sparse_mla_attention_workspace_size(1, 1, max, 2), dsa::error);
+  // The largest sizes that fit are exact; one split needs nothing whatever the shape.
+  CHECK(dsa::sparse_mla_attention_workspace_size(max, max, max, 1) == 0);
+  CHECK(dsa::sparse_mla_attention_workspace_size(index_t{1} << 20, 128, 512, 64) ==
+        64 * (index_t{1} << 20) * 128 * 8 + 64 * (index_t{1} << 20) * 128 * 512 * 4);
+  // 2 splits, h = d_v = 1: 16 * s + 8 * s bytes, which fits up to s = floor(max / 24).
+  CHECK(dsa::sparse_mla_attention_workspace_size(max / 24, 1, 1, 2) == max / 24 * 24);
+  CHECK_THROWS_AS(dsa::sparse_mla_attention_workspace_size(max / 24 + 1, 1, 1, 2), dsa::error);
+  // The op front-end sizes the workspace with the same checks, naming its own arguments.
+  CHECK_THROWS_WITH_AS(dsa::detail::sparse_mla_workspace_bytes(
+                           "sparse_mla_attention", "(q.extent(0), q.extent(1), config.d_v, config.num_splits)",
+                           index_t{1} << 30, index_t{1} << 20, index_t{1} << 10, 64),
+                       doctest::Contains("dsa::sparse_mla_attention: (q.extent(0), q.extent(1), config.d_v, "
+                                         "config.num_splits) = (1073741824, 1048576, 1024, 64); expected a workspace "
+                                         "size"),
+                       dsa::error);
+}
+
+TEST_CASE("sparse_mla_attention_num_splits: no overflow at extreme arguments") {
+  constexpr index_t max = std::numeric_limits<index_t>::max();
+  constexpr index_t min = std::numeric_limits<index_t>::min();
+  CHECK(dsa::sparse_mla_attention_num_splits(max, max, max, 132) == 1);        // s * ceil(h / 16) overflows
+  CHECK(dsa::sparse_mla_attention_num_splits(1, max, 2048, 132) == 1);         // ceil(h / 16) is huge
+  CHECK(dsa::sparse_mla_attention_num_splits(1, 16, max, max) == dsa::sparse_mla_max_splits);  // 2 * sm_count
+  CHECK(dsa::sparse_mla_attention_num_splits(1, 16, max, 132) == dsa::sparse_mla_max_splits);  // ceil(k / 128)
+  CHECK(dsa::sparse_mla_attention_num_splits(min, min, max, 132) == 1);
+  CHECK(dsa::sparse_mla_attention_num_splits(1, 16, 2048, min) == 2);  // as sm_count = 0
+}

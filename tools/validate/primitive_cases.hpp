@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "dsa/core/backend.hpp"
+#include "dsa/core/checked_math.hpp"
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
@@ -205,8 +207,11 @@ case_result run_weight_quant(const E& ex, const dsa::safetensors_file& f) {
   constexpr std::string_view g = "weight_quant";
   const auto w = load<float, 2>(f, g, "weight_quant.w");
   const auto eq = load_expected<dsa::fp8_e4m3, 2>(f, g, "weight_quant.q", w.shape);
-  const auto es =
-      load_expected<float, 2>(f, g, "weight_quant.s", {(w.extent(0) + 127) / 128, (w.extent(1) + 127) / 128});
+  // Extents from the file are in [0, INT64_MAX] ([INT64_MAX, 0] costs no bytes): an exact
+  // ceil(e / 128), where (e + 127) / 128 would overflow to a negative extent.
+  const std::array<index_t, 2> s_shape = {dsa::ceil_div(w.extent(0), index_t{128}),
+                                           dsa::ceil_div(w.extent(1), index_t{128})};
+  const auto es = load_expected<float, 2>(f, g, "weight_quant.s", s_shape);
   auto q = host_tensor<dsa::fp8_e4m3, 2>::zeros(eq.shape);
   auto s = host_tensor<float, 2>::zeros(es.shape);
   ex.weight_quant(w.view(), q.view(), s.view());

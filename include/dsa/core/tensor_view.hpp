@@ -10,9 +10,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 
+#include "dsa/core/checked_math.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/error.hpp"
 
@@ -29,6 +31,65 @@ struct device_space {
 
 using index_t = std::int64_t;
 
+namespace tensor_view_detail {
+
+template <std::size_t Rank>
+std::string array_string(const std::array<index_t, Rank>& a) {
+  std::string s = "[";
+  for (std::size_t r = 0; r < Rank; ++r) {
+    if (r) s += ", ";
+    s += std::to_string(a[r]);
+  }
+  return s + "]";
+}
+
+/// The magnitude of e as an unsigned value (exact for the most negative index_t too).
+inline std::uint64_t magnitude(index_t e) {
+  return e < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(e) : static_cast<std::uint64_t>(e);
+}
+
+/// Host-side construction check: the product of the extents' magnitudes, zeros counted as 1,
+/// fits index_t. So size(), the row-major strides, is_contiguous() and any product of a subset of
+/// the extents an op forms cannot overflow, whatever the order of the factors (a zero extent
+/// does not hide two huge ones). Negative extents are left to check_valid in the op front-ends,
+/// which reports them with the argument's name.
+template <std::size_t Rank>
+void check_extents(const std::array<index_t, Rank>& extents) {
+  constexpr std::uint64_t max = static_cast<std::uint64_t>(std::numeric_limits<index_t>::max());
+  std::uint64_t n = 1;
+  for (std::size_t r = 0; r < Rank; ++r) {
+    const std::uint64_t m = extents[r] == 0 ? 1 : magnitude(extents[r]);
+    if (mul_overflows(n, m, &n) || n > max) {
+      fail("tensor_view", "extents", array_string(extents),
+           "an element count (the product of the extents) that fits in int64");
+    }
+  }
+}
+
+/// Host-side construction check of a strided view: the offsets of its elements, sums of
+/// i_r * stride_r with 0 <= i_r < extent_r, stay within index_t. The positive and the negative
+/// terms are summed separately, so every partial sum of any element's offset is bounded too.
+/// Dimensions with no index (extent <= 0) contribute nothing.
+template <std::size_t Rank>
+void check_strides(const std::array<index_t, Rank>& extents, const std::array<index_t, Rank>& strides) {
+  index_t hi = 0, lo = 0;
+  for (std::size_t r = 0; r < Rank; ++r) {
+    if (extents[r] <= 0) continue;
+    index_t t = 0;
+    bool overflow = mul_overflows(extents[r] - 1, strides[r], &t);
+    if (!overflow) {
+      index_t& sum = t > 0 ? hi : lo;
+      overflow = add_overflows(sum, t, &sum);
+    }
+    if (overflow) {
+      fail("tensor_view", "strides", array_string(strides),
+           "element offsets (sums of index * stride) that fit in int64 for extents " + array_string(extents));
+    }
+  }
+}
+
+}  // namespace tensor_view_detail
+
 template <class T, std::size_t Rank, class Space = host_space>
 class tensor_view {
   static_assert(Rank >= 1, "dsa::tensor_view needs rank >= 1");
@@ -43,8 +104,12 @@ class tensor_view {
   /// An absent view: null data, all extents zero. Optional outputs take this value.
   tensor_view() = default;
 
-  /// Row-major (C order) view.
+  /// Row-major (C order) view. On the host, throws dsa::error when the element count does not
+  /// fit index_t (see tensor_view_detail::check_extents).
   DSA_HOST_DEVICE tensor_view(T* data, const extents_type& extents) : data_(data), extents_(extents) {
+#if !DSA_DEVICE_COMPILE
+    tensor_view_detail::check_extents(extents_);
+#endif
     index_t s = 1;
     for (std::size_t r = Rank; r-- > 0;) {
       strides_[r] = s;
@@ -52,9 +117,15 @@ class tensor_view {
     }
   }
 
-  /// Strided view; strides are in elements.
+  /// Strided view; strides are in elements. On the host, throws dsa::error when the element
+  /// count or an element's offset does not fit index_t.
   DSA_HOST_DEVICE tensor_view(T* data, const extents_type& extents, const extents_type& strides)
-      : data_(data), extents_(extents), strides_(strides) {}
+      : data_(data), extents_(extents), strides_(strides) {
+#if !DSA_DEVICE_COMPILE
+    tensor_view_detail::check_extents(extents_);
+    tensor_view_detail::check_strides(extents_, strides_);
+#endif
+  }
 
   /// A view of T converts to a view of const T.
   template <class U, class = std::enable_if_t<std::is_same_v<const U, T> && !std::is_same_v<U, T>>>
@@ -67,7 +138,7 @@ class tensor_view {
   DSA_HOST_DEVICE const extents_type& extents() const { return extents_; }
   DSA_HOST_DEVICE const extents_type& strides() const { return strides_; }
 
-  /// Number of elements.
+  /// Number of elements (cannot overflow: the constructors check the extents on the host).
   DSA_HOST_DEVICE index_t size() const {
     index_t n = 1;
     for (std::size_t r = 0; r < Rank; ++r) n *= extents_[r];

@@ -303,6 +303,32 @@ inline nlohmann::json parse_json_object(const std::filesystem::path& path, std::
   return j;
 }
 
+/// A shard reached through symlinks must stay in the checkpoint: its real path inside the index's
+/// directory, or, for the Hugging Face hub cache (<repo>/snapshots/<revision>/<shard> linking to
+/// <repo>/blobs/<hash>), inside that repository's blobs/. Anything else (a link to /etc/passwd)
+/// is refused before the file is opened, so none of its bytes reach an error message.
+inline void check_shard_containment(const std::filesystem::path& index, const std::string& where,
+                                    const std::filesystem::path& dir, const std::filesystem::path& shard) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path real = fs::canonical(shard, ec);
+  if (ec) st_fail(index, where + "; expected a readable shard file (" + shard.string() + ": " + ec.message() + ")");
+  const fs::path base = fs::canonical(dir.empty() ? fs::path(".") : dir, ec);
+  if (ec) st_fail(index, where + "; expected a readable checkpoint directory (" + ec.message() + ")");
+  const auto inside = [](const fs::path& p, const fs::path& root) {
+    auto r = root.begin(), q = p.begin();
+    for (; r != root.end(); ++r, ++q) {
+      if (q == p.end() || *q != *r) return false;
+    }
+    return q != p.end();
+  };
+  if (inside(real, base)) return;
+  const fs::path revision_dir = base.parent_path();
+  if (revision_dir.filename() == "snapshots" && inside(real, revision_dir.parent_path() / "blobs")) return;
+  st_fail(index, where + "; expected a shard inside the checkpoint directory " + base.string() +
+                     " (or its Hugging Face cache blobs/), but it resolves to " + real.string());
+}
+
 inline std::string json_excerpt(const nlohmann::json& j) {
   std::string s = j.dump();
   if (s.size() > 80) s = s.substr(0, 77) + "...";
@@ -565,7 +591,11 @@ class safetensors_checkpoint {
     if (ec || !fs::exists(st)) safetensors_detail::st_fail(path, "no such file or directory");
     if (fs::is_directory(st)) {
       if (fs::exists(path / index_name)) return open_index(path / index_name);
-      if (fs::exists(path / single_name)) return open_single(path / single_name);
+      if (fs::exists(path / single_name)) {
+        safetensors_detail::check_shard_containment(path / single_name, "the checkpoint's file", path,
+                                                    path / single_name);
+        return open_single(path / single_name);
+      }
       safetensors_detail::st_fail(path, "directory has neither " + std::string(index_name) + " nor " +
                                             std::string(single_name) +
                                             "; expected a Hugging Face checkpoint directory");
@@ -667,9 +697,10 @@ class safetensors_checkpoint {
       if (!shard.is_string())
         safetensors_detail::st_fail(index, where + safetensors_detail::json_excerpt(shard) + "; expected a file name");
       const std::string& file = shard.get_ref<const std::string&>();
-      // Shards are plain names beside the index: a path could reach outside the checkpoint.
+      // Shards are plain names beside the index: a path could reach outside the checkpoint, and an
+      // embedded NUL would name another file once the name reaches the OS.
       if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
-          file.find('\\') != std::string::npos) {
+          file.find('\\') != std::string::npos || file.find('\0') != std::string::npos) {
         safetensors_detail::st_fail(index, where + safetensors_detail::quote_name(file) +
                                                "; expected a plain file name in the index's directory");
       }
@@ -681,6 +712,7 @@ class safetensors_checkpoint {
                                                  "; expected an existing shard file (" + p.string() +
                                                  " does not exist)");
         }
+        safetensors_detail::check_shard_containment(index, where + safetensors_detail::quote_name(file), dir, p);
         c.shards_.push_back(safetensors_file::open(p));
         it = shard_index.emplace(file, c.shards_.size() - 1).first;
       }

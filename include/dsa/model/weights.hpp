@@ -15,6 +15,7 @@
 // Part of the dsa::model target.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -230,6 +231,32 @@ class weights {
             linear(prefix + ".down_proj", d, inter, oi)};
   }
 
+  // A checkpoint with more layers than the config declares (beyond the MTP layers,
+  // num_nextn_predict_layers) would silently run as a truncated model: refused, naming both
+  // counts. Running fewer layers on purpose is load()'s num_layers.
+  void check_layer_count() const {
+    const auto& c = cfg_;
+    constexpr std::string_view prefix = "model.layers.";
+    index_t stored = 0;  // 1 + the largest layer index any tensor name carries
+    for (const std::string_view name : ckpt_->names()) {
+      if (name.substr(0, prefix.size()) != prefix) continue;
+      index_t layer = 0;
+      std::size_t i = prefix.size();
+      for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && i - prefix.size() < 9; ++i) {
+        layer = layer * 10 + (name[i] - '0');
+      }
+      if (i == prefix.size() || i >= name.size() || name[i] != '.') continue;  // not model.layers.<n>.
+      stored = std::max(stored, layer + 1);
+    }
+    const index_t declared = c.num_hidden_layers + c.num_nextn_predict_layers;
+    if (stored > declared) {
+      fail("model::weights", ckpt_->path().string() + ": config.json num_hidden_layers", c.num_hidden_layers,
+           "the checkpoint's layer count: it stores model.layers.0 .. " + std::to_string(stored - 1) + " (" +
+               std::to_string(stored) + " layers, " + std::to_string(c.num_nextn_predict_layers) +
+               " of them MTP per num_nextn_predict_layers); to run fewer layers, load with num_layers");
+    }
+  }
+
   void bind_all(index_t num_layers) {
     const auto& c = cfg_;
     const index_t n_layers = num_layers < 0 ? c.num_hidden_layers : num_layers;
@@ -237,6 +264,7 @@ class weights {
       fail("model::weights", "num_layers", n_layers,
            "at most num_hidden_layers = " + std::to_string(c.num_hidden_layers) + " (or -1 for all)");
     }
+    check_layer_count();
     const index_t d = c.hidden_size, h = c.num_attention_heads;
     embed_tokens = tensor<bf16, 2>("model.embed_tokens.weight", {c.vocab_size, d}, "vocab_size, hidden_size");
     norm = vector_f32("model.norm.weight", d, "hidden_size");

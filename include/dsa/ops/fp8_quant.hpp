@@ -8,6 +8,7 @@
 
 #include "dsa/core/aliasing.hpp"
 #include "dsa/core/backend.hpp"
+#include "dsa/core/checked_math.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
@@ -45,7 +46,8 @@ void check_matrix(std::string_view op, std::string_view name, const V& v) {
   check_inner_contiguous(op, name, v);
 }
 
-inline index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }
+// a >= 0 (check_valid ran), b > 0; exact up to INT64_MAX, unlike (a + b - 1) / b.
+inline index_t ceil_div(index_t a, index_t b) { return ::dsa::ceil_div(a, b); }
 
 }  // namespace fp8_quant_detail
 

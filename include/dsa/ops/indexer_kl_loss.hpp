@@ -25,10 +25,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "dsa/core/aliasing.hpp"
 #include "dsa/core/backend.hpp"
+#include "dsa/core/checked_math.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
@@ -128,17 +130,27 @@ inline index_t round_up_16(index_t bytes) { return (bytes + 15) / 16 * 16; }
 /// Bytes of workspace the dense loss needs for m query rows: one double per row (the row losses
 /// the CUDA backend adds in a second kernel), rounded up to 16. Pure; callable without a device.
 inline index_t indexer_kl_loss_dense_workspace_size(index_t m) {
-  check(m >= 0, "indexer_kl_loss_dense_workspace_size", "m", m, ">= 0");
-  return detail::round_up_16(m * index_t{8});
+  constexpr std::string_view op = "indexer_kl_loss_dense_workspace_size";
+  check(m >= 0, op, "m", m, ">= 0");
+  constexpr std::string_view expected = "a workspace size (8 * m bytes, rounded up to 16) that fits in int64";
+  return checked_round_up(checked_mul(m, index_t{8}, op, "m", m, expected), index_t{16}, op, "m", m, expected);
 }
 
 /// Bytes of workspace the sparse loss needs for m query rows of k selected entries: the m row
 /// losses (doubles, rounded up to 16 bytes), then one float per entry (each entry's head sum and
 /// then its gradient, between the kernel's passes). Pure; callable without a device.
 inline index_t indexer_kl_loss_sparse_workspace_size(index_t m, index_t k) {
-  check(m >= 0, "indexer_kl_loss_sparse_workspace_size", "m", m, ">= 0");
-  check(k >= 0, "indexer_kl_loss_sparse_workspace_size", "k", k, ">= 0");
-  return detail::round_up_16(m * index_t{8}) + detail::round_up_16(m * k * index_t{4});
+  constexpr std::string_view op = "indexer_kl_loss_sparse_workspace_size";
+  check(m >= 0, op, "m", m, ">= 0");
+  check(k >= 0, op, "k", k, ">= 0");
+  constexpr std::string_view names = "(m, k)";
+  const std::string values = "(" + std::to_string(m) + ", " + std::to_string(k) + ")";
+  constexpr std::string_view expected = "a workspace size (8 * m + 4 * m * k bytes, each rounded up to 16) that fits "
+                                        "in int64";
+  auto mul = [&](index_t a, index_t b) { return checked_mul(a, b, op, names, values, expected); };
+  const index_t rows = checked_round_up(mul(m, index_t{8}), index_t{16}, op, names, values, expected);
+  const index_t entries = checked_round_up(mul(mul(m, k), index_t{4}), index_t{16}, op, names, values, expected);
+  return checked_add(rows, entries, op, names, values, expected);
 }
 
 /// Dense warm-up loss (eq. 3) over each row's range [start, end); ranges [m, 2] with

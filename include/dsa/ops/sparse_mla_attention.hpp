@@ -27,11 +27,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "dsa/core/aliasing.hpp"
 #include "dsa/core/backend.hpp"
+#include "dsa/core/checked_math.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
@@ -59,6 +62,29 @@ struct sparse_mla_config {
   index_t num_splits = 1;
 };
 
+namespace detail {
+
+// sparse_mla_workspace(s, h, d_v, num_splits).bytes (s, h >= 0, d_v >= 1, num_splits in
+// [1, sparse_mla_max_splits]) after checking, with overflow-checked arithmetic on the same
+// formula, that every quantity of the layout fits index_t; otherwise throws dsa::error naming `op`
+// and the four arguments (`names`).
+inline index_t sparse_mla_workspace_bytes(std::string_view op, std::string_view names, index_t s, index_t h,
+                                          index_t d_v, index_t num_splits) {
+  if (num_splits <= 1) return 0;
+  const std::string values = "(" + std::to_string(s) + ", " + std::to_string(h) + ", " + std::to_string(d_v) + ", " +
+                             std::to_string(num_splits) + ")";
+  constexpr std::string_view expected =
+      "a workspace size (8 * num_splits * s * h, rounded up to 16, + 4 * num_splits * s * h * d_v bytes) that fits "
+      "in int64";
+  auto mul = [&](index_t a, index_t b) { return checked_mul(a, b, op, names, values, expected); };
+  const index_t states = mul(mul(num_splits, s), h);
+  const index_t acc_offset = checked_round_up(mul(states, index_t{8}), index_t{16}, op, names, values, expected);
+  checked_add(acc_offset, mul(mul(states, d_v), index_t{4}), op, names, values, expected);
+  return sparse_mla_workspace(s, h, d_v, num_splits).bytes;
+}
+
+}  // namespace detail
+
 /// Bytes of workspace sparse_mla_attention needs for s tokens, h heads, d_v output columns and
 /// num_splits key splits: 0 for one split, else 8·S·s·h (the partial (max, sum) pairs, rounded up
 /// to 16 bytes) + 4·S·s·h·d_v (the partial fp32 accumulators), S = num_splits. A pure function of
@@ -70,7 +96,7 @@ inline index_t sparse_mla_attention_workspace_size(index_t s, index_t h, index_t
   check(d_v >= 1, op, "d_v", d_v, ">= 1");
   check(num_splits >= 1 && num_splits <= sparse_mla_max_splits, op, "num_splits", num_splits,
         "a value in [1, " + std::to_string(sparse_mla_max_splits) + "]");
-  return sparse_mla_workspace(s, h, d_v, num_splits).bytes;
+  return detail::sparse_mla_workspace_bytes(op, "(s, h, d_v, num_splits)", s, h, d_v, num_splits);
 }
 
 /// A split count for s tokens of h heads and k index entries on a GPU with sm_count
@@ -78,11 +104,16 @@ inline index_t sparse_mla_attention_workspace_size(index_t s, index_t h, index_t
 /// group) already fill every SM twice, else enough splits to do so, each of at least 128 entries,
 /// at most sparse_mla_max_splits. Pure; the result only affects speed (and fp32 rounding).
 inline index_t sparse_mla_attention_num_splits(index_t s, index_t h, index_t k, index_t sm_count) {
-  const index_t blocks = s * ((h + 15) / 16);
-  const index_t target = 2 * (sm_count > 0 ? sm_count : 1);
-  if (blocks <= 0 || blocks >= target || k <= 128) return 1;
-  index_t splits = (target + blocks - 1) / blocks;
-  splits = std::min(splits, (k + 127) / 128);
+  // Overflow-free for any arguments: a product that does not fit is more blocks than any target.
+  if (s <= 0 || h <= 0 || k <= 128) return 1;
+  index_t blocks = 0, target = 0;
+  if (mul_overflows(s, ceil_div(h, index_t{16}), &blocks)) return 1;
+  if (mul_overflows(index_t{2}, sm_count > 0 ? sm_count : index_t{1}, &target)) {
+    target = std::numeric_limits<index_t>::max();
+  }
+  if (blocks >= target) return 1;
+  index_t splits = ceil_div(target, blocks);
+  splits = std::min(splits, ceil_div(k, index_t{128}));
   return std::clamp<index_t>(splits, 1, sparse_mla_max_splits);
 }
 
@@ -148,7 +179,8 @@ void check_sparse_mla_workspace(const tensor_view<std::byte, 1, Space>& ws, cons
                                 const tensor_view<O, 3, Space>& out, const tensor_view<float, 2, Space>& lse,
                                 const sparse_mla_config& cfg, const tensor_view<float, 2, Space>& probs) {
   constexpr const char* op = sparse_mla_op_name;
-  const index_t need = sparse_mla_workspace(q.extent(0), q.extent(1), cfg.d_v, cfg.num_splits).bytes;
+  const index_t need = sparse_mla_workspace_bytes(op, "(q.extent(0), q.extent(1), config.d_v, config.num_splits)",
+                                                 q.extent(0), q.extent(1), cfg.d_v, cfg.num_splits);
   if (!check_workspace(op, ws, need, "sparse_mla_attention_workspace_size(s, h, d_v, num_splits)")) return;
   check_no_overlap(op, "workspace", ws, "q", q, false);
   check_no_overlap(op, "workspace", ws, "kv", kv, false);
