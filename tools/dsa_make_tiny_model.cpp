@@ -27,7 +27,7 @@ const char* const usage_text =
     "The same seed and sizes always give the same bytes. Defaults are the golden tiny model's.\n"
     "\n"
     "  --seed N               random seed (default 1)\n"
-    "  --layers N             num_hidden_layers (3)\n"
+    "  --layers N             num_hidden_layers, at most 1024 (3)\n"
     "  --dense-layers N       first_k_dense_replace: leading dense layers (1)\n"
     "  --hidden N             hidden_size, a multiple of 128 (256)\n"
     "  --intermediate N       intermediate_size of the dense layers, a multiple of 128 (512)\n"
@@ -41,8 +41,8 @@ const char* const usage_text =
     "  --experts-per-token N  num_experts_per_tok (4)\n"
     "  --shared-experts N     n_shared_experts (1)\n"
     "  --index-heads N        index_n_heads (8)\n"
-    "  --index-topk N         index_topk: keys each query attends to (32)\n"
-    "  --vocab N              vocab_size (512)\n"
+    "  --index-topk N         index_topk: keys each query attends to, at most --max-position (32)\n"
+    "  --vocab N              vocab_size, at most 2^24 (512)\n"
     "  --max-position N       max_position_embeddings; > 4096 turns YaRN on (8192)\n"
     "  --threads N            threads for the weight quantization (default: all)\n"
     "  -h, --help             this text\n";
@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
       dir = a;
     }
     if (dir.empty()) throw dsa_tools::usage_error{"missing DIR"};
+    // The loader's own checks (config::validate), so that no model it would refuse is written.
     cfg.validate("dsa_make_tiny_model");
     dsa::model::write_random_checkpoint(dir, cfg, seed, dsa::cpu_backend{threads});
     std::cout << "wrote " << (dir / "config.json").string() << " and " << (dir / "model.safetensors").string() << " ("

@@ -193,11 +193,13 @@ void check_rope(index_t t, index_t heads, index_t width, index_t offset, const d
   std::vector<bf16> x = random_values<bf16>(n, seed, 2.0f);
   std::vector<std::int32_t> pos(static_cast<std::size_t>(t));
   std::mt19937_64 rng(seed);
-  const std::int32_t special[] = {0, 1, -1, -4097, 4095, 4096, 163839, 1 << 24, std::numeric_limits<std::int32_t>::max()};
+  // Positions in [0, max_position), which the CPU front-end checks: the edges of YaRN's original
+  // context and of max_position itself, then random ones.
+  const index_t special[] = {0, 1, 4095, 4096, 163839, cfg.max_position - 1};
   for (index_t i = 0; i < t; ++i) {
-    pos[static_cast<std::size_t>(i)] = i < static_cast<index_t>(std::size(special))
-                                           ? special[i]
-                                           : static_cast<std::int32_t>(rng() % 200000);
+    pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(
+        (i < static_cast<index_t>(std::size(special)) ? special[i] : static_cast<index_t>(rng() % 200000)) %
+        cfg.max_position);
   }
   std::vector<bf16> hx = x;
   const dsa::host_view<bf16, 3> hv(hx.data() + offset, {t, heads, cfg.dim}, {heads * width, width, 1});

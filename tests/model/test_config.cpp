@@ -390,7 +390,8 @@ TEST_CASE("config: to_json round trip") {
 TEST_CASE("config: validate() on a hand-built config") {
   config c;
   CHECK_THROWS_WITH_AS(c.validate(),
-                       "dsa::model::config: config: vocab_size = 0; expected a positive integer <= 2147483647",
+                       "dsa::model::config: config: vocab_size = 0; expected a positive integer <= 16777216 (2^24: a "
+                       "bound far above any real vocabulary, checked before anything is sized by it)",
                        dsa::error);
   c = parse(v32());
   c.validate("mine");
@@ -526,8 +527,8 @@ TEST_CASE("config: wrong JSON types") {
 }
 
 TEST_CASE("config: sizes out of range") {
-  for (const char* k : {"vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers",
-                        "num_attention_heads", "n_routed_experts", "num_experts_per_tok", "n_group", "topk_group",
+  for (const char* k : {"hidden_size", "intermediate_size", "moe_intermediate_size", "num_attention_heads",
+                        "n_routed_experts", "num_experts_per_tok", "n_group", "topk_group",
                         "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                         "index_n_heads", "index_head_dim", "index_topk", "max_position_embeddings"}) {
     CAPTURE(k);
@@ -555,6 +556,59 @@ TEST_CASE("config: sizes out of range") {
   CHECK(parse(j).is_moe_layer(0));
   j["first_k_dense_replace"] = 61;  // all dense
   CHECK_FALSE(parse(j).is_moe_layer(60));
+}
+
+TEST_CASE("config: sizes that allocations follow have documented bounds, named in the message (issue 14)") {
+  // num_hidden_layers 1e9 and vocab_size 2^31 - 1 used to pass and end in std::bad_alloc.
+  struct bound_case {
+    const char* key;
+    long long max;
+    const char* why;
+  };
+  const bound_case cases[] = {{"vocab_size", 1LL << 24, "2^24: a bound far above any real vocabulary"},
+                              {"num_hidden_layers", 1024, "a bound far above any real model"}};
+  for (const auto& [key, max, why] : cases) {
+    CAPTURE(key);
+    json j = v32();
+    j[key] = max;
+    CHECK_NOTHROW(parse(j));
+    for (const long long v : {max + 1, 1'000'000'000LL, 2147483647LL, 0LL, -1LL}) {
+      CAPTURE(v);
+      j[key] = v;
+      CHECK_REJECTS(j, std::string("dsa::model::config: v32.json: ") + key + " = " + std::to_string(v) +
+                           "; expected a positive integer <= " + std::to_string(max) + " (" + why);
+    }
+  }
+  // index_topk: no token can select more positions than a sequence holds.
+  json j = v32();
+  j["index_topk"] = 163840;
+  CHECK(parse(j).index_topk == 163840);
+  j["index_topk"] = 163841;
+  CHECK_REJECTS(j, "dsa::model::config: v32.json: index_topk = 163841; expected <= max_position_embeddings = 163840 "
+                   "(no token can select more positions than a sequence holds)");
+  j["index_topk"] = 2147483647;
+  CHECK_REJECTS(j, "v32.json: index_topk = 2147483647; expected <= max_position_embeddings = 163840");
+  j = v32();
+  j["max_position_embeddings"] = 1024;
+  j.erase("rope_scaling");
+  CHECK_REJECTS(j, "v32.json: index_topk = 2048; expected <= max_position_embeddings = 1024");
+  // Through load(): the message names the file and the key, and nothing was sized by the value.
+  temp_dir tmp;
+  j = v32();
+  j["num_hidden_layers"] = 1'000'000'000;
+  const fs::path file = tmp.write("config.json", j.dump());
+  CHECK_THROWS_WITH_AS(config::load(tmp.path),
+                       doctest::Contains(("dsa::model::config: " + file.string() +
+                                          ": num_hidden_layers = 1000000000; expected a positive integer <= 1024")
+                                             .c_str()),
+                       dsa::error);
+  // A hand-built config (what dsa_make_tiny_model validates before writing) is held to the same.
+  config c = parse(v32());
+  c.vocab_size = 2147483647;
+  CHECK_THROWS_WITH_AS(c.validate("dsa_make_tiny_model"),
+                       doctest::Contains("dsa_make_tiny_model: vocab_size = 2147483647; expected a positive integer "
+                                         "<= 16777216"),
+                       dsa::error);
 }
 
 TEST_CASE("config: inconsistent MoE routing") {

@@ -9,11 +9,14 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
 #include <span>
 #include <vector>
+
+#include <unistd.h>
 
 #include "dsa/core/backend.hpp"
 #include "dsa/model/safetensors.hpp"
@@ -57,14 +60,21 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// Per layer, per absolute position: the indexer's selection row (index_topk entries).
+// The tiny model's index_topk.
+constexpr index_t tiny_topk = 32;
+
+// Per layer, per absolute position: the indexer's selection row, -1 padded to index_topk entries
+// (a trace's rows are min(index_topk, chunk end) wide: no token of the chunk has more positions).
 using topk_log = std::map<index_t, std::map<index_t, std::vector<std::int32_t>>>;
 
 dsa::model::forward_options recorder(topk_log& log) {
   dsa::model::forward_options o;
   o.observer = [&log](const dsa::model::layer_trace& tr) {
+    CHECK(tr.topk.extent(1) == std::min(tiny_topk, tr.start + tr.topk.extent(0)));
     for (index_t r = 0; r < tr.topk.extent(0); ++r) {
-      log[tr.layer][tr.start + r].assign(tr.topk.row(r), tr.topk.row(r) + tr.topk.extent(1));
+      auto& row = log[tr.layer][tr.start + r];
+      row.assign(tr.topk.row(r), tr.topk.row(r) + tr.topk.extent(1));
+      row.resize(static_cast<std::size_t>(tiny_topk), -1);
     }
   };
   return o;
@@ -137,6 +147,7 @@ TEST_CASE("top-k rows select only causal positions, ascending, -1 padded") {
   auto seq = m.new_sequence(80);
   m.forward(seq, prompt(), recorder(log));
   const index_t k = m.config().index_topk;
+  REQUIRE(k == tiny_topk);
   for (index_t l = 0; l < m.num_layers(); ++l) {
     for (index_t t = 0; t < 80; ++t) {
       const auto& row = log[l][t];
@@ -386,6 +397,16 @@ TEST_CASE("a sequence rejects tokens beyond its max_tokens capacity") {
   CHECK_THROWS_WITH_AS(m.new_sequence(0), doctest::Contains("dsa::model::sequence: max_tokens = 0; expected >= 1"),
                        dsa::error);
   CHECK_THROWS_WITH_AS(m.new_sequence(-5), doctest::Contains("max_tokens = -5; expected >= 1"), dsa::error);
+  // Beyond max_position_embeddings (8192) there is no rotary embedding: refused before any
+  // per-layer cache exists (issue 14).
+  CHECK(m.new_sequence(8192).max_tokens() == 8192);
+  CHECK_THROWS_WITH_AS(m.new_sequence(8193),
+                       "dsa::model::transformer::new_sequence: max_tokens = 8193; expected <= max_position_embeddings "
+                       "= 8192 (the positions the model has a rotary embedding for)",
+                       dsa::error);
+  CHECK_THROWS_WITH_AS(m.new_sequence(std::numeric_limits<index_t>::max()),
+                       doctest::Contains("max_tokens = 9223372036854775807; expected <= max_position_embeddings"),
+                       dsa::error);
   // reset() makes the capacity available again, with the same results as a new sequence.
   seq.reset();
   CHECK(seq.length() == 0);
@@ -424,4 +445,43 @@ TEST_CASE("bad token ids, empty calls and foreign sequences are dsa::error, and 
   auto fresh = m.new_sequence(16);
   const std::span<const std::int64_t> ok(prompt().data(), 5);
   CHECK(same_bits(m.forward(seq, ok), m.forward(fresh, ok)));
+}
+
+TEST_CASE("the selection is min(index_topk, positions) wide, whatever index_topk config.json claims (issue 14)") {
+  // index_topk = max_position_embeddings = 2^31 - 1 is a valid config; the forward pass used to
+  // allocate tokens x index_topk int32 per call (80 x 2^31 x 4 bytes here: std::bad_alloc). Every
+  // position is selected once index_topk >= positions, so the logits equal those of the same
+  // checkpoint with index_topk = 81, the sequence's length, bit for bit.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("dsa_test_transformer_topk_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto run = [&](index_t index_topk, index_t max_position) {
+    std::filesystem::create_directories(dir);
+    dsa::model::config c = dsa::model::config::load(tiny_dir);
+    c.index_topk = index_topk;
+    c.max_position_embeddings = max_position;
+    std::ofstream(dir / "config.json") << c.to_json().dump(2);
+    if (!std::filesystem::exists(dir / "model.safetensors")) {
+      // A copy: the loader refuses shards that resolve outside the checkpoint directory.
+      std::filesystem::copy_file(tiny_dir / "model.safetensors", dir / "model.safetensors");
+    }
+    auto m = model_t::load(dir, dsa::cpu_backend{2});
+    index_t widest = 0;
+    dsa::model::forward_options o;
+    o.observer = [&](const dsa::model::layer_trace& tr) {
+      CHECK(tr.topk.extent(1) == tr.start + tr.topk.extent(0));  // index_topk >= every chunk end
+      widest = std::max(widest, tr.topk.extent(1));
+    };
+    auto seq = m.new_sequence(81);
+    std::vector<float> logits = m.forward(seq, prompt(), o);
+    const std::vector<float> step = m.forward(seq, std::span<const std::int64_t>(generated().data(), 1), o);
+    logits.insert(logits.end(), step.begin(), step.end());
+    CHECK(widest == 81);
+    return logits;
+  };
+  constexpr index_t int32_max = std::numeric_limits<std::int32_t>::max();
+  const std::vector<float> huge = run(int32_max, int32_max);
+  const std::vector<float> exact = run(81, 8192);
+  std::filesystem::remove_all(dir);
+  CHECK(same_bits(huge, exact));
 }

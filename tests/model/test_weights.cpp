@@ -327,6 +327,8 @@ TEST_CASE("a config.json contradicting the tensors names the file and the tensor
             "tensor 'model.layers.1.mlp.gate.weight' shape = [16, 256]; expected [8, 256] (n_routed_experts, hidden_size)"},
            {"vocab_size", 1024, "tensor 'model.embed_tokens.weight' shape = [512, 256]; expected [1024, 256]"},
            {"num_hidden_layers", 4, "tensor 'model.layers.3.input_layernorm.weight' presence = missing"},
+           // The most layers a config may claim: the loader sizes nothing by it before the tensors.
+           {"num_hidden_layers", 1024, "tensor 'model.layers.3.input_layernorm.weight' presence = missing"},
            // Fewer layers than stored would run a truncated model: refused (num_layers truncates on purpose).
            {"num_hidden_layers", 2,
             "config.json num_hidden_layers = 2; expected the checkpoint's layer count: it stores model.layers.0 .. 2 "

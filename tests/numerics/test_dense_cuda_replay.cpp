@@ -3,6 +3,10 @@
 // numerics: the device cannot run here, so what makes the kernels bit-identical — the 8-lane xor
 // butterfly of the norms, the order-free row maximum of the attention, the +0 terms of its sum,
 // the order-free exact fp8 block dot — is checked by replaying it with the same operations.
+// Mirrors: norm_kernel.cuh norm_kernel_detail::combine (xor offsets 1, 2, 4) and the lane sums
+// of rms_norm_kernel / layer_norm_kernel; sparse_mha_attention_kernel.cuh sparse_mha_kernel's
+// row maximum (thread-strided fmaxf, warp butterflies, first used entry) and its entry-order exp
+// sum; linear_kernel.cuh fp8_linear_kernel's per-128-block DFMA dot.
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -4,6 +4,9 @@
 // scratch) against the CPU backend. On the host both use the same exp / log, so only the
 // reduction order differs: the replay must agree to the last few bits, and exactly where the
 // result is structural (cells outside the key sets, duplicate keys' sums).
+// Mirrors: indexer_kl_loss_kernel.cuh indexer_kl_loss_kernel's passes, block_sum / block_max (warp
+// butterflies, then warps in order), head_sum, the per-key atomicAdd counts and atomicExch
+// writes, and kl_loss_total_kernel's fixed-order total.
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -1,4 +1,6 @@
 // The per-token routing numerics as a CUDA kernel would call them: raw pointers, caller scratch.
+// Mirrors: moe_routing_kernel.cuh moe_route_kernel (element-wise scores over the lanes, then
+// moe_route_select on lane 0).
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -418,3 +418,78 @@ TEST_CASE("indexer_kl_loss workspace sizes beyond int64 are a dsa::error, not ga
   CHECK(dsa::indexer_kl_loss_sparse_workspace_size(index_t{1} << 58, 2) == (index_t{1} << 61) + (index_t{1} << 61));
   CHECK(dsa::indexer_kl_loss_sparse_workspace_size(0, max) == 0);
 }
+
+TEST_CASE("indexer_kl_loss over 2^40 zero-width query rows allocates nothing per row (issue 14)") {
+  // Zero-width tensors carry no data, so m is whatever their shapes claim. The CPU backend once
+  // kept one double per row: 8 TiB here (std::bad_alloc, or an allocator abort under ASan); a
+  // 448-byte golden file made dsa_validate use 7.8 GB. Every key set is empty: the loss is 0.
+  constexpr index_t m = index_t{1} << 40;
+  const dsa::tensor_view<const float, 3> attn(nullptr, {m, 4, 0});
+  const dsa::tensor_view<const float, 2> index(nullptr, {m, 0});
+  const dsa::tensor_view<float, 2> grad(nullptr, {m, 0});
+  float loss = std::numeric_limits<float>::quiet_NaN();
+  const auto lv = dsa::make_view(&loss, {1});
+  const dsa::tensor_view<const std::int32_t, 2> topk(nullptr, {m, 0});
+  REQUIRE_NOTHROW(dsa::indexer_kl_loss_sparse(dsa::cpu, attn, index, topk, lv, grad));
+  CHECK(loss == 0.0f);
+  // k > 0 selections of keys that do not exist (n = 0): a [m, 3] selection broadcast over rows.
+  const std::int32_t sel[3] = {0, -1, 5};
+  loss = std::numeric_limits<float>::quiet_NaN();
+  REQUIRE_NOTHROW(dsa::indexer_kl_loss_sparse(dsa::cpu, attn, index,
+                                              dsa::tensor_view<const std::int32_t, 2>(sel, {m, 3}, {0, 1}), lv, grad));
+  CHECK(loss == 0.0f);
+  // Dense: one (0, 0) range broadcast to every row (stride 0), checked once.
+  const std::int32_t pair[2] = {0, 0};
+  const dsa::tensor_view<const std::int32_t, 2> ranges(pair, {m, 2}, {0, 1});
+  loss = std::numeric_limits<float>::quiet_NaN();
+  REQUIRE_NOTHROW(dsa::indexer_kl_loss_dense(dsa::cpu, attn, index, ranges, lv, grad));
+  CHECK(loss == 0.0f);
+  const std::int32_t bad[2] = {0, 1};  // end > n = 0
+  const dsa::tensor_view<const std::int32_t, 2> bad_ranges(bad, {m, 2}, {0, 1});
+  CHECK_THROWS_WITH_AS(dsa::indexer_kl_loss_dense(dsa::cpu, attn, index, bad_ranges, lv, grad),
+                       doctest::Contains("dsa::indexer_kl_loss_dense: ranges(0, 1) = 1; expected an end in [start, n]"),
+                       dsa::error);
+}
+
+TEST_CASE("indexer_kl_loss over more rows than one block adds the row losses in row order, bit for bit") {
+  // The CPU backend keeps the row losses of kl_block_rows rows at a time; the loss must still be
+  // the row-ordered double sum of every row's loss, for every thread count.
+  const index_t m = dsa::cpu_detail::kl_block_rows * 2 + 5, h = 2, n = 3, k = 2;
+  const auto logits = dsa_test::normal(static_cast<std::size_t>(m * h * n), 7, 1.0f);
+  std::vector<float> attn(logits.size());
+  for (std::size_t r = 0; r < attn.size(); r += n) {
+    float sum = 0.0f;
+    for (std::size_t s = r; s < r + n; ++s) sum += std::exp(logits[s]);
+    for (std::size_t s = r; s < r + n; ++s) attn[s] = std::exp(logits[s]) / sum;
+  }
+  const auto index = dsa_test::normal(static_cast<std::size_t>(m * n), 8, 2.0f);
+  std::vector<std::int32_t> topk(static_cast<std::size_t>(m * k));
+  for (std::size_t i = 0; i < topk.size(); ++i) topk[i] = static_cast<std::int32_t>(i * 5 % 4) - 1;  // -1 .. 2
+  const auto av = dsa::make_view(static_cast<const float*>(attn.data()), {m, h, n});
+  const auto iv = dsa::make_view(static_cast<const float*>(index.data()), {m, n});
+  // Reference: each row's double loss (the backend's own row function), summed in row order.
+  double total = 0.0;
+  std::vector<float> want_grad(static_cast<std::size_t>(m * n), 0.0f);
+  std::vector<float> scratch(static_cast<std::size_t>(2 * k));
+  for (index_t t = 0; t < m; ++t) {
+    index_t keys[k];
+    index_t cnt = 0;
+    for (index_t e = 0; e < k; ++e) {
+      const std::int32_t j = topk[static_cast<std::size_t>(t * k + e)];
+      if (j >= 0 && j < n) keys[cnt++] = j;
+    }
+    total += dsa::cpu_detail::indexer_kl_row(av, iv.row(t), t, [&keys](index_t e) { return keys[e]; }, cnt,
+                                             scratch.data(), want_grad.data() + t * n);
+  }
+  const float want = static_cast<float>(total);
+  for (const int threads : {1, 3}) {
+    CAPTURE(threads);
+    float loss = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> grad(static_cast<std::size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
+    dsa::indexer_kl_loss_sparse(dsa::cpu_backend{threads}, av, iv,
+                                dsa::make_view(static_cast<const std::int32_t*>(topk.data()), {m, k}),
+                                dsa::make_view(&loss, {1}), dsa::make_view(grad.data(), {m, n}));
+    CHECK(std::memcmp(&loss, &want, sizeof(float)) == 0);
+    CHECK(same_bits(grad, want_grad));
+  }
+}

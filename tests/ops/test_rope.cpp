@@ -46,7 +46,7 @@ TEST_CASE("rope_apply: position 0 is the identity, pair norms are preserved") {
   const std::vector<std::int32_t> zeros(t, 0);
   for (auto layout : {dsa::rope_layout::interleaved, dsa::rope_layout::half}) {
     CHECK(same_bits(apply(x, t, h, zeros, c, layout), x));
-    const std::vector<std::int32_t> pos = {1, 2, 100, 4097, 8191, 123456};
+    const std::vector<std::int32_t> pos = {1, 2, 100, 4097, 6000, 8191};
     const std::vector<bf16> y = apply(x, t, h, pos, c, layout);
     CHECK_FALSE(same_bits(y, x));
     const index_t half = c.dim / 2;
@@ -98,7 +98,7 @@ TEST_CASE("rope_apply matches a double-precision rotation by the spec's fp32 ang
     const index_t t = 40, h = 4, half = c.dim / 2;
     const std::vector<bf16> x = dsa_test::convert<bf16>(dsa_test::normal(static_cast<std::size_t>(t * h * c.dim), 3, 4.0f));
     std::vector<std::int32_t> pos(t);
-    for (index_t i = 0; i < t; ++i) pos[i] = static_cast<std::int32_t>(i * 211 + 5);
+    for (index_t i = 0; i < t; ++i) pos[i] = static_cast<std::int32_t>((i * 211 + 5) % c.max_position);
     const std::vector<bf16> y = apply(x, t, h, pos, c, dsa::rope_layout::interleaved);
     std::size_t exact = 0, far = 0, total = 0;
     for (index_t i = 0; i < t; ++i) {
@@ -201,4 +201,35 @@ TEST_CASE("rope_apply rejects bad arguments with a clear message") {
                        doctest::Contains("dsa::rope_apply: positions.data = null"), dsa::error);
   // Transposed [heads, t] storage of a [t, heads, dim] view is fine (rows still disjoint).
   CHECK_NOTHROW(dsa::rope_apply(dsa::cpu, dsa::host_view<bf16, 3>(x.data(), {4, 2, 64}, {64, 256, 1}), pv, c, il));
+}
+
+TEST_CASE("rope_apply rejects positions outside [0, max_position) (issue 14)") {
+  // The rotary embedding exists for the model's context only (the reference's freqs_cis has
+  // max_seq_len rows); a position past it or negative is a caller's bug, named with its entry.
+  dsa::rope_config c = tiny_config();  // max_position 8192
+  std::vector<bf16> x = dsa_test::convert<bf16>(dsa_test::normal(4 * 2 * 64, 5, 1.0f));
+  const auto xv = dsa::make_view(x.data(), {4, 2, 64});
+  const auto il = dsa::rope_layout::interleaved;
+  std::vector<std::int32_t> pos = {0, 1, 8190, 8191};
+  CHECK_NOTHROW(dsa::rope_apply(dsa::cpu, xv, dsa::make_view(static_cast<const std::int32_t*>(pos.data()), {4}), c, il));
+  pos[2] = 8192;
+  CHECK_THROWS_WITH_AS(
+      dsa::rope_apply(dsa::cpu, xv, dsa::make_view(static_cast<const std::int32_t*>(pos.data()), {4}), c, il),
+      "dsa::rope_apply: positions(2) = 8192; expected a position in [0, cfg.max_position = 8192)", dsa::error);
+  pos[2] = 5;
+  pos[3] = -1;
+  CHECK_THROWS_WITH_AS(
+      dsa::rope_apply(dsa::cpu, xv, dsa::make_view(static_cast<const std::int32_t*>(pos.data()), {4}), c,
+                      dsa::rope_layout::half),
+      "dsa::rope_apply: positions(3) = -1; expected a position in [0, cfg.max_position = 8192)", dsa::error);
+  c.max_position = 4096;  // YaRN off: the same bound
+  pos[2] = 4096;
+  CHECK_THROWS_WITH_AS(
+      dsa::rope_apply(dsa::cpu, xv, dsa::make_view(static_cast<const std::int32_t*>(pos.data()), {4}), c, il),
+      doctest::Contains("positions(2) = 4096; expected a position in [0, cfg.max_position = 4096)"), dsa::error);
+  // A rejected call writes nothing: positions are checked before any element is rotated.
+  const std::vector<bf16> before = x;
+  const std::vector<std::int32_t> bad = {3, 2, 1, -7};
+  CHECK_THROWS_AS(dsa::rope_apply(dsa::cpu, xv, dsa::make_view(bad.data(), {4}), c, il), dsa::error);
+  CHECK(same_bits(x, before));
 }

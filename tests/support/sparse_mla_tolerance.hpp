@@ -58,7 +58,7 @@ struct sparse_mla_result {
 /// How a problem's index rows are filled.
 enum class sparse_mla_indices {
   random,     // uniform in [0, n), duplicates likely when k is close to n
-  mixed,      // random, with -1 padding at the end, other negatives, >= n, duplicates, and every
+  mixed,      // random, with -1 padding at the end, INT32_MIN, n, INT32_MAX, duplicates, and every
               // fourth row without any used entry
   all_unused  // every entry -1 or out of range
 };
@@ -131,6 +131,7 @@ inline sparse_mla_inputs make_sparse_mla_inputs(dsa::index_t s, dsa::index_t h, 
           case 1: row[e] = static_cast<std::int32_t>(n); break;
           case 2: row[e] = -2147483647 - 1; break;
           case 3: row[e] = e > 0 ? row[e - 1] : row[e]; break;  // a duplicate
+          case 4: row[e] = 2147483647; break;
           default: break;
         }
       }

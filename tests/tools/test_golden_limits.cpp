@@ -86,3 +86,24 @@ TEST_CASE("a file shape whose element count is zero but whose other extents over
                        dsa_validate::input_error);
   std::filesystem::remove(path);
 }
+
+TEST_CASE("a kl_sparse case with 10^12 zero-width query rows runs in memory proportional to its data") {
+  // Issue 14: the CPU backend kept one double per query row, so a 448-byte file with [m, h, 0]
+  // tensors made dsa_validate allocate 8 bytes x m (7.8 GB for m = 10^9; std::bad_alloc beyond).
+  // Every key set is empty: the loss is 0 and there is no gradient to compare.
+  const auto path = temp_file("kl_sparse.safetensors");
+  constexpr dsa::index_t m = 1'000'000'000'000;
+  const float zero = 0.0f;
+  std::vector<dsa::safetensors_entry> e = {
+      {"kl_sparse.attn", dsa::dtype::f32, {m, 2, 0}, {}},
+      {"kl_sparse.index", dsa::dtype::f32, {m, 0}, {}},
+      {"kl_sparse.topk", dsa::dtype::i32, {m, 0}, {}},
+      {"kl_sparse.loss", dsa::dtype::f32, {1}, std::as_bytes(std::span(&zero, 1))},
+      {"kl_sparse.grad_index", dsa::dtype::f32, {m, 0}, {}},
+  };
+  dsa::write_safetensors(path, e);
+  const auto f = dsa::safetensors_file::open(path);
+  const dsa_validate::case_result r = dsa_validate::run_group(dsa::cpu_backend{1}, f, "kl_sparse");
+  CHECK(r.pass());
+  std::filesystem::remove(path);
+}

@@ -21,6 +21,7 @@ TEST_CASE("dsa_validate command line (skipped: built without DSA_BUILD_TOOLS)") 
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -278,6 +279,33 @@ fs::path model_copy(const temp_dir& dir, const std::string& name, const fs::path
   return m;
 }
 
+// A model directory `name` in `dir` whose expected.safetensors is the golden one with some
+// tensors' values replaced: `edit(t, values)` gets each T tensor's values and returns whether it
+// changed them (same element count).
+template <class T, class Edit>
+fs::path model_with_expected(const temp_dir& dir, const std::string& name, Edit edit) {
+  const auto golden = dsa::safetensors_file::open(tiny_dir / "expected.safetensors");
+  std::vector<dsa::safetensors_entry> entries;
+  std::vector<std::vector<T>> edited;
+  edited.reserve(golden.tensors().size());  // the entries' spans must stay valid
+  for (const dsa::tensor_info& t : golden.tensors()) {
+    dsa::safetensors_entry e{t.name, t.type, t.shape, golden.bytes(t)};
+    if (t.type == dsa::dtype_of<T>()) {
+      const auto b = golden.bytes(t);
+      std::vector<T> v(b.size() / sizeof(T));
+      std::memcpy(v.data(), b.data(), b.size());
+      if (edit(t, v)) {
+        edited.push_back(std::move(v));
+        e.data = std::as_bytes(std::span<const T>(edited.back()));
+      }
+    }
+    entries.push_back(e);
+  }
+  const fs::path file = dir / (name + "_expected.safetensors");
+  dsa::write_safetensors(file, entries, golden.metadata());
+  return model_copy(dir, name, file);
+}
+
 }  // namespace
 
 TEST_CASE("dsa_validate --model replays the golden tiny model: one line per check, exit 0") {
@@ -334,21 +362,11 @@ TEST_CASE("dsa_validate --model --dump writes the computed tensors under the exp
 
 TEST_CASE("dsa_validate --model exits 1 when a step's logits disagree") {
   temp_dir dir;
-  const auto golden = dsa::safetensors_file::open(tiny_dir / "expected.safetensors");
-  std::vector<dsa::safetensors_entry> entries;
-  std::vector<float> negated;
-  for (const dsa::tensor_info& t : golden.tensors()) {
-    dsa::safetensors_entry e{t.name, t.type, t.shape, golden.bytes(t)};
-    if (t.name == "step3.logits") {
-      const auto v = golden.view<float, 2>(t);
-      for (index_t i = 0; i < v.size(); ++i) negated.push_back(-v.data_handle()[i]);
-      e.data = std::as_bytes(std::span<const float>(negated));
-    }
-    entries.push_back(e);
-  }
-  const fs::path bad = dir / "bad_expected.safetensors";
-  dsa::write_safetensors(bad, entries, golden.metadata());
-  const fs::path m = model_copy(dir, "bad", bad);
+  const fs::path m = model_with_expected<float>(dir, "bad", [](const dsa::tensor_info& t, std::vector<float>& v) {
+    if (t.name != "step3.logits") return false;
+    for (float& x : v) x = -x;
+    return true;
+  });
   const auto r = run_tool(dir, {"--model", m.string(), "--threads", "2"});
   CAPTURE(r.output);
   CHECK(r.exit_code == 1);
@@ -362,28 +380,20 @@ TEST_CASE("dsa_validate --model fails an expected file whose prefill top-k rows 
   // All -1 (or only positions after the row) is no selection a prefill row can have: such rows
   // count as disagreement, so a file of them scores agreement 0 and fails every top-k check.
   temp_dir dir;
-  const auto golden = dsa::safetensors_file::open(tiny_dir / "expected.safetensors");
-  std::vector<dsa::safetensors_entry> entries;
-  std::vector<std::vector<std::int64_t>> replaced;
-  replaced.reserve(golden.tensors().size());  // the entries' spans must stay valid
-  for (const dsa::tensor_info& t : golden.tensors()) {
-    dsa::safetensors_entry e{t.name, t.type, t.shape, golden.bytes(t)};
-    if (t.name.rfind("step0.layer", 0) == 0 && t.name.size() > 5 && t.name.substr(t.name.size() - 5) == ".topk") {
-      const auto v = golden.view<std::int64_t, 3>(t);
-      replaced.emplace_back(static_cast<std::size_t>(v.size()), -1);
-      // Row r of layer 1 names only position r + 1 (after the row): not a valid entry either.
-      if (t.name == "step0.layer1.topk") {
-        const index_t rows = v.extent(1), k = v.extent(2);
-        for (index_t r = 0; r < rows; ++r) replaced.back()[static_cast<std::size_t>(r * k)] = r + 1;
-      }
-      e.data = std::as_bytes(std::span<const std::int64_t>(replaced.back()));
-    }
-    entries.push_back(e);
-  }
-  REQUIRE(replaced.size() == 3);
-  const fs::path bad = dir / "no_topk_expected.safetensors";
-  dsa::write_safetensors(bad, entries, golden.metadata());
-  const fs::path m = model_copy(dir, "no_topk", bad);
+  int replaced = 0;
+  const fs::path m = model_with_expected<std::int64_t>(
+      dir, "no_topk", [&](const dsa::tensor_info& t, std::vector<std::int64_t>& v) {
+        if (!t.name.starts_with("step0.layer") || !t.name.ends_with(".topk")) return false;
+        std::fill(v.begin(), v.end(), -1);
+        // Layer 1's row r names only position r + 1 (after the row): not a valid entry either.
+        if (t.name == "step0.layer1.topk") {
+          const index_t rows = t.shape[1], k = t.shape[2];
+          for (index_t r = 0; r < rows; ++r) v[static_cast<std::size_t>(r * k)] = r + 1;
+        }
+        ++replaced;
+        return true;
+      });
+  REQUIRE(replaced == 3);
   const auto r = run_tool(dir, {"--model", m.string(), "--threads", "2"});
   CAPTURE(r.output);
   CHECK(r.exit_code == 1);

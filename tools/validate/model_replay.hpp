@@ -100,8 +100,16 @@ inline double max_row_rel_err(dsa::host_view<const dsa::bf16, 2> got, const host
 /// where this is instantiated (dsa/model/transformer.hpp for host backends,
 /// dsa/model/cuda/transformer.cuh for dsa::cuda_backend). The observer's views are host views on
 /// every backend, so the comparisons below are the same code for all.
+///
+/// Sizes come from the expected file, so they are checked before anything is sized by them: the
+/// prompt plus the generated tokens must fit in max_position_embeddings, and every step's logits
+/// must be present (a long `generated` costs as many bytes of expected logits as it costs steps).
+/// The prompt is prefilled in balanced chunks of at most `max_chunk` tokens (the index scores of
+/// a chunk cost chunk x length floats: one piece of a 60K-token prompt is 14 GB); a chunked
+/// prefill computes the same bits as one piece on the CPU, and its traces are reassembled here.
 template <class B>
-model_case_result run_model_case(const B& be, const std::filesystem::path& dir) {
+model_case_result run_model_case(const B& be, const std::filesystem::path& dir,
+                                 index_t max_chunk = dsa::model::forward_options{}.max_chunk) {
   using namespace model_detail;
   model_case_result out;
   out.result.name = "model";
@@ -116,30 +124,63 @@ model_case_result run_model_case(const B& be, const std::filesystem::path& dir) 
     throw input_error("dsa_validate: " + exp.path().string() + ": prompt and generated must have batch 1");
   }
   const index_t len = prompt.extent(1), steps = generated.extent(1);
+  // Both are int64 tensors read from the file, so their sum cannot overflow.
+  if (len < 1 || len + steps > cfg.max_position_embeddings) {
+    throw input_error("dsa_validate: " + exp.path().string() + ": prompt + generated = " + std::to_string(len) +
+                      " + " + std::to_string(steps) + " tokens; expected a prompt of at least 1 token and at most " +
+                      "max_position_embeddings = " + std::to_string(cfg.max_position_embeddings) +
+                      " tokens in all (config.json)");
+  }
+  for (index_t s = 0; s <= steps; ++s) {
+    const std::string name = "step" + std::to_string(s) + ".logits";
+    const dsa::tensor_info* t = exp.find(name);
+    if (t == nullptr || t->shape != std::vector<index_t>{1, cfg.vocab_size}) {
+      throw input_error("dsa_validate: " + exp.path().string() + ": " + name + " = " +
+                        (t == nullptr ? std::string("missing") : dsa::format_shape(t->shape)) + "; expected [1, " +
+                        std::to_string(cfg.vocab_size) + "] (one per step: the prompt's and each of the " +
+                        std::to_string(steps) + " generated tokens')");
+    }
+  }
+  if (max_chunk < 1) throw input_error("dsa_validate: max_chunk = " + std::to_string(max_chunk) + "; expected >= 1");
+  // Balanced chunks, so that no chunk is a single token (which would take the decode path, not
+  // the prefill the reference runs) unless the prompt is.
+  const index_t pieces = (len + max_chunk - 1) / max_chunk;
+  const index_t chunk = (len + pieces - 1) / pieces;
   auto seq = m.new_sequence(len + steps);
 
-  // Per step and layer: our top-k rows, as the I64 tensors of the expected file.
+  // Per step and layer: our top-k rows, as the I64 tensors of the expected file. The prefill's
+  // (step 0) are [1, len, min(index_topk, len)] whatever the chunking: a chunk's rows are
+  // min(index_topk, chunk end) wide, and the columns past that are -1 (no position to select).
+  const index_t k0 = std::min<index_t>(cfg.index_topk, len), d = cfg.hidden_size;
   std::vector<std::vector<host_tensor<std::int64_t, 3>>> topk(static_cast<std::size_t>(steps + 1));
   std::vector<host_tensor<dsa::bf16, 3>> ffn_out, residual;
+  for (index_t l = 0; l < n_layers; ++l) {
+    topk[0].push_back(host_tensor<std::int64_t, 3>::zeros({1, len, k0}));
+    ffn_out.push_back(host_tensor<dsa::bf16, 3>::zeros({1, len, d}));
+    residual.push_back(host_tensor<dsa::bf16, 3>::zeros({1, len, d}));
+  }
   auto observe = [&](index_t step) {
     dsa::model::forward_options o;
-    o.max_chunk = len;  // the reference prefills in one piece
+    o.max_chunk = chunk;
     o.observer = [&, step](const dsa::model::layer_trace& tr) {
-      const index_t rows = tr.topk.extent(0);
-      const index_t k = std::min<index_t>(cfg.index_topk, tr.start + rows);
-      auto t = host_tensor<std::int64_t, 3>::zeros({1, rows, k});
-      for (index_t r = 0; r < rows; ++r) {
-        for (index_t j = 0; j < k; ++j) t.data[static_cast<std::size_t>(r * k + j)] = tr.topk(r, j);
+      const index_t rows = tr.topk.extent(0), kc = tr.topk.extent(1);
+      if (step > 0) {
+        auto t = host_tensor<std::int64_t, 3>::zeros({1, rows, kc});
+        for (index_t r = 0; r < rows; ++r) {
+          for (index_t j = 0; j < kc; ++j) t.data[static_cast<std::size_t>(r * kc + j)] = tr.topk(r, j);
+        }
+        topk[static_cast<std::size_t>(step)].push_back(std::move(t));
+        return;
       }
-      topk[static_cast<std::size_t>(step)].push_back(std::move(t));
-      if (step == 0) {
-        auto copy = [&](dsa::host_view<const dsa::bf16, 2> v) {
-          auto h = host_tensor<dsa::bf16, 3>::zeros({1, v.extent(0), v.extent(1)});
-          for (index_t r = 0; r < v.extent(0); ++r) std::memcpy(&h.data[static_cast<std::size_t>(r * v.extent(1))], v.row(r), sizeof(dsa::bf16) * v.extent(1));
-          return h;
-        };
-        ffn_out.push_back(copy(tr.ffn_out));
-        residual.push_back(copy(tr.residual));
+      const auto l = static_cast<std::size_t>(tr.layer);
+      for (index_t r = 0; r < rows; ++r) {
+        const auto row = static_cast<std::size_t>(tr.start + r);
+        for (index_t j = 0; j < k0; ++j) {
+          const std::int64_t e = j < kc ? std::int64_t{tr.topk(r, j)} : std::int64_t{-1};
+          topk[0][l].data[row * static_cast<std::size_t>(k0) + static_cast<std::size_t>(j)] = e;
+        }
+        std::memcpy(&ffn_out[l].data[row * static_cast<std::size_t>(d)], tr.ffn_out.row(r), sizeof(dsa::bf16) * d);
+        std::memcpy(&residual[l].data[row * static_cast<std::size_t>(d)], tr.residual.row(r), sizeof(dsa::bf16) * d);
       }
     };
     return o;

@@ -3,7 +3,8 @@
 // Rows are independent and split over threads. Per row: the head sums of attn on the key set
 // (fp32, heads in order), their total and the softmax sum of I (double), then one pass for the
 // loss terms (double) and the gradient. Row losses are added in row order on the calling
-// thread, so the loss is bit-identical for every thread count.
+// thread, so the loss is bit-identical for every thread count. Rows go in blocks of
+// kl_block_rows, so the memory held is bounded, not proportional to m.
 #pragma once
 
 #include <algorithm>
@@ -60,24 +61,42 @@ double indexer_kl_row(const tensor_view<const float, 3>& attn, const float* scor
   return loss;
 }
 
+// Rows per block of indexer_kl_loss_cpu: its row losses are kept for one block at a time (512 KiB).
+inline constexpr index_t kl_block_rows = index_t{1} << 16;
+
 // Runs row_loss_of(t, grad_row, scratch, keys_scratch) -> double for every row, zeroing grad rows
 // first, and stores the row-ordered sum of the row losses in loss(0).
+//
+// Memory is proportional to the data present, never to m alone (issue 14): with n = 0 every
+// tensor but ranges / topk is empty and m can be any size a zero-width tensor claims ([10^12, 0]
+// costs no bytes), so that case does no per-row work at all (every key set is empty: the loss is
+// 0 and grad_index has no elements), and the row losses are kept per block of kl_block_rows rows
+// rather than per row. Blocks are added in row order, each row in turn, so the sum is the same as
+// one pass over all m rows: bit-identical for every thread count.
 template <class RowLoss>
 void indexer_kl_loss_cpu(const cpu_backend& be, index_t m, const tensor_view<float, 1>& loss,
                          const tensor_view<float, 2>& grad_index, index_t max_keys, const RowLoss& row_loss_of) {
   const index_t n = grad_index.extent(1);
-  std::vector<double> row_loss(static_cast<std::size_t>(m), 0.0);
-  parallel_for(be, m, 1, [&](index_t begin, index_t end) {
-    std::vector<float> scratch(static_cast<std::size_t>(2 * max_keys));
-    std::vector<index_t> keys(static_cast<std::size_t>(max_keys));
-    for (index_t t = begin; t < end; ++t) {
-      float* grad = grad_index.row(t);
-      std::fill(grad, grad + n, 0.0f);
-      row_loss[static_cast<std::size_t>(t)] = row_loss_of(t, grad, scratch.data(), keys.data());
-    }
-  });
+  if (m == 0 || n == 0) {
+    loss(0) = 0.0f;
+    return;
+  }
+  std::vector<double> row_loss(static_cast<std::size_t>(std::min(m, kl_block_rows)), 0.0);
   double total = 0.0;
-  for (const double l : row_loss) total += l;
+  for (index_t block = 0; block < m; block += kl_block_rows) {
+    const index_t rows = std::min(kl_block_rows, m - block);
+    parallel_for(be, rows, 1, [&](index_t begin, index_t end) {
+      std::vector<float> scratch(static_cast<std::size_t>(2 * max_keys));
+      std::vector<index_t> keys(static_cast<std::size_t>(max_keys));
+      for (index_t i = begin; i < end; ++i) {
+        const index_t t = block + i;
+        float* grad = grad_index.row(t);
+        std::fill(grad, grad + n, 0.0f);
+        row_loss[static_cast<std::size_t>(i)] = row_loss_of(t, grad, scratch.data(), keys.data());
+      }
+    });
+    for (index_t i = 0; i < rows; ++i) total += row_loss[static_cast<std::size_t>(i)];
+  }
   loss(0) = static_cast<float>(total);
 }
 

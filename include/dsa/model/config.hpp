@@ -72,11 +72,11 @@ struct quantization_config {
 /// (a tool writing a tiny model, say) should call validate() itself before use.
 struct config {
   std::string model_type = "deepseek_v32";
-  index_t vocab_size = 0;
+  index_t vocab_size = 0;             ///< <= 2^24 (config_detail::max_vocab_size)
   index_t hidden_size = 0;
   index_t intermediate_size = 0;      ///< dense SwiGLU layers
   index_t moe_intermediate_size = 0;  ///< each routed expert, and each shared expert
-  index_t num_hidden_layers = 0;      ///< without the MTP layers
+  index_t num_hidden_layers = 0;      ///< without the MTP layers; <= 1024 (config_detail::max_hidden_layers)
   index_t first_k_dense_replace = 0;  ///< layers [0, first_k_dense_replace) are dense
   index_t num_attention_heads = 0;
   index_t num_key_value_heads = 0;  ///< MLA: equal to num_attention_heads (checked)
@@ -96,7 +96,7 @@ struct config {
   index_t v_head_dim = 0;
   index_t index_n_heads = 0;
   index_t index_head_dim = 0;
-  index_t index_topk = 0;
+  index_t index_topk = 0;  ///< <= max_position_embeddings
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   std::optional<rope_scaling_config> rope_scaling;
@@ -179,6 +179,18 @@ namespace config_detail {
 
 inline constexpr std::uint64_t max_file_bytes = std::uint64_t{16} << 20;         // a real config.json is ~2 KB
 inline constexpr index_t max_extent = std::numeric_limits<std::int32_t>::max();  // int32 indices
+
+// Bounds on the sizes a few bytes of config.json can claim and that something allocates for
+// before (or without) reading a tensor: the per-layer state (weights, caches, decode weights) is
+// sized by num_hidden_layers, the logits and a written checkpoint by vocab_size. The loader checks
+// every tensor against the config, but tools and callers that start from the config alone
+// (dsa_make_tiny_model, write_random_checkpoint) cannot, and std::bad_alloc names no key. Fixed
+// bounds are what a mature loader does here: they cost nothing to check, reject a crafted file
+// with a message naming the key, and sit far above any real model (DeepSeek-V3.2: 61 layers and a
+// vocabulary of 129280; the largest public vocabularies are ~256K = 2^18, the deepest models a
+// few hundred layers).
+inline constexpr index_t max_hidden_layers = 1024;
+inline constexpr index_t max_vocab_size = index_t{1} << 24;
 
 [[noreturn]] inline void fail(std::string_view source, std::string_view key, std::string_view value,
                               std::string_view expected) {
@@ -313,6 +325,12 @@ struct checker {
   void positive(std::string_view key, index_t v) const {
     if (v < 1 || v > max_extent) fail(key, std::to_string(v), "a positive integer <= 2147483647");
   }
+  /// 1 <= v <= max; `why` says where the bound comes from.
+  void positive_at_most(std::string_view key, index_t v, index_t max, std::string_view why) const {
+    if (v < 1 || v > max) {
+      fail(key, std::to_string(v), "a positive integer <= " + std::to_string(max) + " (" + std::string(why) + ")");
+    }
+  }
   void non_negative(std::string_view key, index_t v) const {
     if (v < 0 || v > max_extent) fail(key, std::to_string(v), "an integer in [0, 2147483647]");
   }
@@ -332,11 +350,13 @@ inline void config::validate(std::string_view source) const {
     c.one_of("model_type", model_type, "\"deepseek_v32\" (dsa implements the DeepSeek-V3.2 forward pass)");
   }
 
-  c.positive("vocab_size", vocab_size);
+  c.positive_at_most("vocab_size", vocab_size, config_detail::max_vocab_size,
+                     "2^24: a bound far above any real vocabulary, checked before anything is sized by it");
   c.positive("hidden_size", hidden_size);
   c.positive("intermediate_size", intermediate_size);
   c.positive("moe_intermediate_size", moe_intermediate_size);
-  c.positive("num_hidden_layers", num_hidden_layers);
+  c.positive_at_most("num_hidden_layers", num_hidden_layers, config_detail::max_hidden_layers,
+                     "a bound far above any real model, checked before anything is sized by it");
   c.non_negative("first_k_dense_replace", first_k_dense_replace);
   c.positive("num_attention_heads", num_attention_heads);
   c.positive("num_key_value_heads", num_key_value_heads);
@@ -355,6 +375,15 @@ inline void config::validate(std::string_view source) const {
   c.positive("index_topk", index_topk);
   c.positive("max_position_embeddings", max_position_embeddings);
   c.non_negative("num_nextn_predict_layers", num_nextn_predict_layers);
+
+  // Each token selects at most index_topk of the positions before it, and there are never more
+  // than max_position_embeddings of those: a larger index_topk selects nothing more, but the
+  // selection buffers of every forward call would be sized by it (issue 14).
+  if (index_topk > max_position_embeddings) {
+    c.fail("index_topk", str(index_topk),
+           "<= max_position_embeddings = " + str(max_position_embeddings) +
+               " (no token can select more positions than a sequence holds)");
+  }
 
   // MLA shares one latent KV across all heads; a different value means a GQA model whose
   // config was mislabelled, not a V3.2 checkpoint.

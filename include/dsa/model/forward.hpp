@@ -34,7 +34,8 @@ class transformer;
 struct layer_trace {
   index_t layer = 0;
   index_t start = 0;                         ///< position of the first token of the chunk
-  host_view<const std::int32_t, 2> topk;     ///< [t, index_topk] selected positions, -1 padded
+  /// [t, selection_width(index_topk, start + t)] selected positions, -1 padded
+  host_view<const std::int32_t, 2> topk;
   host_view<const bf16, 2> ffn_out;          ///< [t, hidden] the layer's FFN output
   host_view<const bf16, 2> residual;         ///< [t, hidden] the residual stream it is added to
   /// [t, num_experts_per_tok] the routed experts of each token in slot order (moe_route's ids);
@@ -90,6 +91,24 @@ std::vector<std::int32_t> checked_forward_tokens(const Seq& seq, std::uint64_t o
   }
   return ids;
 }
+
+/// The check of transformer::new_sequence(max_tokens) beyond the sequence's own (max_tokens >= 1):
+/// max_tokens <= max_position_embeddings. Positions past it have no rotary embedding (rope_apply
+/// rejects them), and the caches and index scores grow with max_tokens: refused before anything
+/// is allocated.
+inline void check_new_sequence(index_t max_tokens, index_t max_position_embeddings) {
+  if (max_tokens > max_position_embeddings) {
+    fail("model::transformer::new_sequence", "max_tokens", max_tokens,
+         "<= max_position_embeddings = " + std::to_string(max_position_embeddings) +
+             " (the positions the model has a rotary embedding for)");
+  }
+}
+
+/// Columns of the top-k selection of a chunk ending at position `end` (exclusive):
+/// min(index_topk, end). No token of the chunk has more than `end` causal positions, so wider
+/// columns would only hold -1 padding; the selection buffer stays proportional to the positions
+/// present, whatever index_topk a config.json claims (issue 14).
+inline index_t selection_width(index_t index_topk, index_t end) { return std::min(index_topk, end); }
 
 /// A new transformer's id, unique among the transformers of every backend in the process; its
 /// sequences carry it (owner()), so forward() can reject a sequence of another transformer.

@@ -90,8 +90,10 @@ class transformer {
   /// Layers run by forward(): num_hidden_layers, or fewer when loaded with num_layers.
   index_t num_layers() const { return static_cast<index_t>(w_.layers.size()); }
 
-  /// A new, empty sequence that can hold up to max_tokens tokens.
+  /// A new, empty sequence that can hold up to max_tokens tokens: 1 <= max_tokens <=
+  /// max_position_embeddings (dsa::error otherwise).
   sequence new_sequence(index_t max_tokens) const {
+    forward_detail::check_new_sequence(max_tokens, config().max_position_embeddings);
     return sequence(max_tokens, num_layers(), config().kv_lora_rank, config().qk_rope_head_dim, id_);
   }
 
@@ -139,8 +141,10 @@ class transformer {
       gather_rows(be_, w_.embed_tokens, make_view(ids.data(), {index_t{1}, t}), make_view(h.data(), {index_t{1}, t, d}));
     }
     // The first layer's residual is the embedding itself: adding it to a zero residual is exact.
-    std::vector<std::int32_t> topk(static_cast<std::size_t>(t * c.index_topk));
-    const auto topk_v = make_view(topk.data(), {t, c.index_topk});
+    // The selection is min(index_topk, start + t) wide: no token here has more causal positions.
+    const index_t k_sel = forward_detail::selection_width(c.index_topk, start + t);
+    std::vector<std::int32_t> topk(static_cast<std::size_t>(t * k_sel));
+    const auto topk_v = make_view(topk.data(), {t, k_sel});
     std::vector<std::int32_t> routed;  // the observer's layer_trace::experts
     for (index_t l = 0; l < num_layers(); ++l) {
       const layer_weights& lw = w_.layers[static_cast<std::size_t>(l)];

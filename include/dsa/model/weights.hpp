@@ -233,8 +233,8 @@ class weights {
 
   // A checkpoint with more layers than the config declares (beyond the MTP layers,
   // num_nextn_predict_layers) would silently run as a truncated model: refused, naming both
-  // counts. Running fewer layers on purpose is load()'s num_layers.
-  void check_layer_count() const {
+  // counts. Running fewer layers on purpose is load()'s num_layers. Returns the layers stored.
+  index_t check_layer_count() const {
     const auto& c = cfg_;
     constexpr std::string_view prefix = "model.layers.";
     index_t stored = 0;  // 1 + the largest layer index any tensor name carries
@@ -255,6 +255,7 @@ class weights {
                std::to_string(stored) + " layers, " + std::to_string(c.num_nextn_predict_layers) +
                " of them MTP per num_nextn_predict_layers); to run fewer layers, load with num_layers");
     }
+    return stored;
   }
 
   void bind_all(index_t num_layers) {
@@ -264,13 +265,15 @@ class weights {
       fail("model::weights", "num_layers", n_layers,
            "at most num_hidden_layers = " + std::to_string(c.num_hidden_layers) + " (or -1 for all)");
     }
-    check_layer_count();
+    const index_t stored = check_layer_count();
     const index_t d = c.hidden_size, h = c.num_attention_heads;
     embed_tokens = tensor<bf16, 2>("model.embed_tokens.weight", {c.vocab_size, d}, "vocab_size, hidden_size");
     norm = vector_f32("model.norm.weight", d, "hidden_size");
     lm_head = c.tie_word_embeddings ? embed_tokens
                                     : tensor<bf16, 2>("lm_head.weight", {c.vocab_size, d}, "vocab_size, hidden_size");
-    layers.reserve(static_cast<std::size_t>(n_layers));
+    // Room for the layers the checkpoint holds, not for what config.json claims: a missing layer
+    // is a dsa::error naming its first tensor below, never an allocation sized by the config.
+    layers.reserve(static_cast<std::size_t>(std::min(n_layers, stored)));
     for (index_t l = 0; l < n_layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l);
       const std::string a = p + ".self_attn";

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/dispatch.hpp"
@@ -50,7 +51,12 @@ inline void check_rope_config(const rope_config& cfg, std::string_view op = "rop
 /// position positions[i]: pairs (2j, 2j+1) for rope_layout::interleaved (DeepSeek MLA), (j,
 /// j + dim/2) for rope_layout::half (the V3.2 indexer). Arithmetic in fp32 (cos/sin and the
 /// products via double, see dsa/numerics/rope.hpp), each element rounded once to bf16.
-/// Any int32 position is accepted (negative positions rotate backwards).
+/// Positions must lie in [0, cfg.max_position): the rotary embedding (and YaRN's frequency ramp)
+/// is defined for the model's context only, as in DeepSeek's reference, whose freqs_cis table has
+/// max_seq_len rows. Host positions are checked (dsa::error naming the entry); device-resident
+/// ones cannot be read by the front-end and are the caller's to keep in range (the kernels rotate
+/// by any int32 angle and read nothing indexed by a position, so an out-of-range one gives wrong
+/// output, never an out-of-bounds access).
 template <backend B>
 void rope_apply(const B& be, out_view<B, bf16, 3> x, in_view<B, std::int32_t, 1> positions, const rope_config& cfg,
                 rope_layout layout) {
@@ -65,6 +71,15 @@ void rope_apply(const B& be, out_view<B, bf16, 3> x, in_view<B, std::int32_t, 1>
   check_extent(op, "positions", positions, 0, x.extent(0), "x.extent(0), one position per token");
   detail::check_disjoint_rows(op, "x", x);
   detail::check_no_overlap(op, "x", x, "positions", positions, false);
+  if constexpr (std::is_same_v<typename B::memory_space, host_space>) {
+    for (index_t i = 0; i < positions.extent(0); ++i) {
+      const std::int32_t p = positions(i);
+      if (p < 0 || p >= cfg.max_position) {
+        fail(op, "positions(" + std::to_string(i) + ")", p,
+             "a position in [0, cfg.max_position = " + std::to_string(cfg.max_position) + ")");
+      }
+    }
+  }
   if (x.empty()) return;
   dispatch<rope_apply_op>(be, x, tensor_view<const std::int32_t, 1, typename B::memory_space>(positions), cfg, layout);
 }

@@ -40,7 +40,10 @@ void check_row_ranges(std::string_view op, const tensor_view<const std::int32_t,
   check_extent(op, "ranges", ranges, 1, 2, "(start, end)");
   check_inner_contiguous(op, "ranges", ranges);
   if constexpr (host_readable_v<Space>) {
-    for (index_t t = 0; t < m; ++t) {
+    // A broadcast view (stride 0 over rows: one pair for every row) is checked once, so the cost
+    // is that of the pairs actually stored, not of m (which zero-width tensors can make anything).
+    const index_t rows = ranges.stride(0) == 0 ? std::min<index_t>(m, 1) : m;
+    for (index_t t = 0; t < rows; ++t) {
       const index_t start = ranges(t, 0);
       const index_t end = ranges(t, 1);
       if (start < 0 || start > n) {

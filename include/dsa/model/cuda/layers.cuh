@@ -192,7 +192,7 @@ inline void moe_forward(const device_layer_context& ctx, const device_moe_weight
 }
 
 /// indexer_forward on the device: appends the keys of positions [start, start + t) to the layer
-/// cache and writes each token's selection to topk [t, index_topk].
+/// cache and writes each token's selection to topk [t, min(index_topk, start + t)].
 inline void indexer_forward(const device_layer_context& ctx, const device_indexer_weights& w,
                             device_view<const bf16, 2> x, device_view<const bf16, 2> qr,
                             device_view<const std::int32_t, 1> positions, const std::vector<std::int32_t>& host_positions,
@@ -252,7 +252,7 @@ inline void indexer_forward(const device_layer_context& ctx, const device_indexe
                                    end, rv, scores.view({t, end}));
   }
   device_phase_scope timing(ctx.times, phase::topk, ctx.be.stream);
-  topk_indices(ctx.be, std::as_const(scores).view({t, end}), rv, c.index_topk, topk);
+  topk_indices(ctx.be, std::as_const(scores).view({t, end}), rv, topk.extent(1), topk);
 }
 
 /// The absorbed-decode weights of one layer on the device, derived from wkv_b on first use (as
@@ -297,7 +297,7 @@ inline void build_decode_weights(const device_layer_context& ctx, const device_a
 
 /// mla_forward on the device: out [t, hidden] = MLA(x) for the t tokens at positions
 /// [start, start + t); appends their MLA and indexer cache rows (the cache must have room for
-/// start + t rows) and writes the indexer's selection to topk [t, index_topk].
+/// start + t rows) and writes the indexer's selection to topk [t, min(index_topk, start + t)].
 inline void mla_forward(const device_layer_context& ctx, const device_attention_weights& w,
                         device_mla_decode_weights& dw, device_view<const bf16, 2> x,
                         device_view<const std::int32_t, 1> positions, const std::vector<std::int32_t>& host_positions,

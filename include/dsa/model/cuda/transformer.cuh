@@ -105,7 +105,9 @@ class transformer<cuda_backend> {
   index_t num_layers() const { return static_cast<index_t>(w_.layers.size()); }
 
   /// A new, empty sequence that can hold up to max_tokens tokens (caches in device memory).
+  /// 1 <= max_tokens <= max_position_embeddings (dsa::error otherwise).
   device_sequence new_sequence(index_t max_tokens) const {
+    forward_detail::check_new_sequence(max_tokens, config().max_position_embeddings);
     return device_sequence(max_tokens, num_layers(), config().kv_lora_rank, config().qk_rope_head_dim, id_);
   }
 
@@ -159,8 +161,10 @@ class transformer<cuda_backend> {
       // The first layer's residual is the embedding itself: adding it to a zero residual is exact.
       DSA_CUDA_CHECK(cudaMemsetAsync(residual.data(), 0, residual.size_bytes(), be_.stream));
     }
-    auto topk = stream_buffer<std::int32_t>(ctx, t * c.index_topk);
-    const auto topk_v = topk.view({t, c.index_topk});
+    // The selection is min(index_topk, start + t) wide: no token here has more causal positions.
+    const index_t k_sel = forward_detail::selection_width(c.index_topk, start + t);
+    auto topk = stream_buffer<std::int32_t>(ctx, t * k_sel);
+    const auto topk_v = topk.view({t, k_sel});
     // Host copies for the observer.
     std::vector<std::int32_t> topk_host;
     std::vector<bf16> h_host, r_host;
@@ -189,7 +193,7 @@ class transformer<cuda_backend> {
         topk_host = to_host(topk, be_.stream);
         h_host = to_host(h, be_.stream);
         r_host = to_host(residual, be_.stream);
-        opt.observer(layer_trace{l, start, make_view(static_cast<const std::int32_t*>(topk_host.data()), {t, c.index_topk}),
+        opt.observer(layer_trace{l, start, make_view(static_cast<const std::int32_t*>(topk_host.data()), {t, k_sel}),
                                  make_view(static_cast<const bf16*>(h_host.data()), {t, d}),
                                  make_view(static_cast<const bf16*>(r_host.data()), {t, d}),
                                  make_view(static_cast<const std::int32_t*>(routed.data()),

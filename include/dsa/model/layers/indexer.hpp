@@ -4,9 +4,9 @@
 //   q and k act-quantized 1 x 128; the key codes and scale go to the 132-byte cache rows;
 //   w = fl(fl(fl(weights_proj(x) in fp32 · H^-0.5) · q_scale) · 128^-0.5);
 //   I[t, s] = k_scale[s] · sum_h w[t, h] · ReLU(q[t, h] · k[s]) over s in [0, pos_t];
-//   top-k of each row, k = index_topk (rows with fewer positions are -1 padded, which selects
-//   exactly what the reference's k = min(index_topk, positions so far) does once causality is
-//   applied).
+//   top-k of each row, k = the width of topk, min(index_topk, start + t) (rows with fewer
+//   positions are -1 padded, which selects exactly what the reference's k = min(index_topk,
+//   positions so far) does once causality is applied).
 #pragma once
 
 #include <cmath>
@@ -33,7 +33,8 @@ namespace model {
 
 /// Runs the indexer for the t tokens at positions [start, start + t) of a sequence whose layer
 /// cache holds positions [0, start): appends their keys to the cache and writes each token's
-/// selected positions, ascending and -1 padded, to topk [t, index_topk].
+/// selected positions, ascending and -1 padded, to topk [t, k]: k = min(index_topk, start + t)
+/// (forward_detail::selection_width) selects the same positions as index_topk would.
 /// x [t, hidden] is the attention input (attn_norm output), qr [t, q_lora_rank] the q_norm output.
 template <class B>
 void indexer_forward(const layer_context<B>& ctx, const indexer_weights& w, host_view<const bf16, 2> x,
@@ -96,7 +97,7 @@ void indexer_forward(const layer_context<B>& ctx, const indexer_weights& w, host
   }
   phase_scope timing(ctx.times, phase::topk);
   topk_indices(ctx.be, make_view(static_cast<const float*>(scores.data()), {t, end}),
-               make_view(static_cast<const std::int32_t*>(ranges.data()), {t, index_t{2}}), c.index_topk, topk);
+               make_view(static_cast<const std::int32_t*>(ranges.data()), {t, index_t{2}}), topk.extent(1), topk);
 }
 
 }  // namespace model

@@ -72,7 +72,7 @@ void build_decode_weights(const layer_context<B>& ctx, const attention_weights& 
 
 /// out [t, hidden] = MLA(x) for the t tokens at positions [start, start + t); appends their MLA
 /// and indexer cache rows (the cache must have room for start + t rows) and writes the indexer's
-/// selection to topk [t, index_topk].
+/// selection to topk [t, min(index_topk, start + t)].
 template <class B>
 void mla_forward(const layer_context<B>& ctx, const attention_weights& w, mla_decode_weights& dw,
                  host_view<const bf16, 2> x, host_view<const std::int32_t, 1> positions, index_t start,
