@@ -144,7 +144,11 @@ inline index_t indexer_kl_loss_sparse_workspace_size(index_t m, index_t k) {
   check(m >= 0, op, "m", m, ">= 0");
   check(k >= 0, op, "k", k, ">= 0");
   constexpr std::string_view names = "(m, k)";
-  const std::string values = "(" + std::to_string(m) + ", " + std::to_string(k) + ")";
+  std::string values = "(";  // appended: GCC 12 gives a false -Wrestrict on "(" + std::to_string(...)
+  values += std::to_string(m);
+  values += ", ";
+  values += std::to_string(k);
+  values += ')';
   constexpr std::string_view expected = "a workspace size (8 * m + 4 * m * k bytes, each rounded up to 16) that fits "
                                         "in int64";
   auto mul = [&](index_t a, index_t b) { return checked_mul(a, b, op, names, values, expected); };

@@ -71,8 +71,13 @@ namespace detail {
 inline index_t sparse_mla_workspace_bytes(std::string_view op, std::string_view names, index_t s, index_t h,
                                           index_t d_v, index_t num_splits) {
   if (num_splits <= 1) return 0;
-  const std::string values = "(" + std::to_string(s) + ", " + std::to_string(h) + ", " + std::to_string(d_v) + ", " +
-                             std::to_string(num_splits) + ")";
+  // Appended piece by piece: GCC 12 gives a false -Wrestrict on "(" + std::to_string(...) at -O3.
+  std::string values = "(";
+  for (const index_t v : {s, h, d_v, num_splits}) {
+    if (values.size() > 1) values += ", ";
+    values += std::to_string(v);
+  }
+  values += ')';
   constexpr std::string_view expected =
       "a workspace size (8 * num_splits * s * h, rounded up to 16, + 4 * num_splits * s * h * d_v bytes) that fits "
       "in int64";
