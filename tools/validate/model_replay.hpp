@@ -144,8 +144,8 @@ model_case_result run_model_case(const B& be, const std::filesystem::path& dir,
   if (max_chunk < 1) throw input_error("dsa_validate: max_chunk = " + std::to_string(max_chunk) + "; expected >= 1");
   // Balanced chunks, so that no chunk is a single token (which would take the decode path, not
   // the prefill the reference runs) unless the prompt is.
-  const index_t pieces = (len + max_chunk - 1) / max_chunk;
-  const index_t chunk = (len + pieces - 1) / pieces;
+  const index_t pieces = dsa::ceil_div(len, max_chunk);
+  const index_t chunk = dsa::ceil_div(len, pieces);
   auto seq = m.new_sequence(len + steps);
 
   // Per step and layer: our top-k rows, as the I64 tensors of the expected file. The prefill's

@@ -76,6 +76,13 @@ DSA_HOST_DEVICE DSA_FORCEINLINE float decode_small_float_magnitude(std::uint32_t
   return bits_float(((exp + 127u - Bias) << 23) | (man << (23 - ManBits)));
 }
 
+// A small float's value from its magnitude and its code's sign bit (0x80): the sign as a bit,
+// not a negation, because the device's neg.f32 returns the canonical NaN for a NaN operand,
+// which would drop the sign of the NaN codes (seen on sm_90).
+DSA_HOST_DEVICE DSA_FORCEINLINE float with_code_sign(float magnitude, std::uint32_t code) {
+  return bits_float(float_bits(magnitude) | ((code & 0x80u) << 24));
+}
+
 }  // namespace detail
 
 /// bfloat16: the upper 16 bits of an IEEE fp32. Conversion from float rounds to nearest even;
@@ -126,9 +133,7 @@ struct fp8_e4m3 {
   DSA_HOST_DEVICE float to_float() const {
     const std::uint32_t code = bits & 0x7Fu;
     const float m = code == 0x7Fu ? detail::bits_float(0x7FC00000u) : detail::decode_small_float_magnitude<3, 7>(code);
-    // The sign as a bit, not a negation: the device's neg.f32 returns the canonical NaN for a
-    // NaN operand, which would drop the sign of the NaN codes (seen on sm_90).
-    return detail::bits_float(detail::float_bits(m) | (static_cast<std::uint32_t>(bits & 0x80u) << 24));
+    return detail::with_code_sign(m, bits);
   }
   DSA_HOST_DEVICE explicit operator float() const { return to_float(); }
   friend DSA_HOST_DEVICE bool operator==(fp8_e4m3 a, fp8_e4m3 b) { return a.bits == b.bits; }
@@ -167,9 +172,7 @@ struct fp8_e5m2 {
     } else {
       m = detail::decode_small_float_magnitude<2, 15>(code);
     }
-    // The sign as a bit, not a negation: the device's neg.f32 returns the canonical NaN for a
-    // NaN operand, which would drop the sign of the NaN codes (seen on sm_90).
-    return detail::bits_float(detail::float_bits(m) | (static_cast<std::uint32_t>(bits & 0x80u) << 24));
+    return detail::with_code_sign(m, bits);
   }
   DSA_HOST_DEVICE explicit operator float() const { return to_float(); }
   friend DSA_HOST_DEVICE bool operator==(fp8_e5m2 a, fp8_e5m2 b) { return a.bits == b.bits; }

@@ -104,6 +104,13 @@ inline void check_new_sequence(index_t max_tokens, index_t max_position_embeddin
   }
 }
 
+/// layer_trace::experts of a layer: the routed ids [t, num_experts_per_tok] moe_forward wrote to
+/// `routed` for an MoE layer, 0 x 0 for a dense one (whose `routed` is stale or empty).
+inline host_view<const std::int32_t, 2> routed_experts(const std::vector<std::int32_t>& routed, bool moe_layer,
+                                                       index_t t, index_t num_experts_per_tok) {
+  return make_view(routed.data(), {moe_layer ? t : 0, moe_layer ? num_experts_per_tok : 0});
+}
+
 /// Columns of the top-k selection of a chunk ending at position `end` (exclusive):
 /// min(index_topk, end). No token of the chunk has more than `end` causal positions, so wider
 /// columns would only hold -1 padding; the selection buffer stays proportional to the positions

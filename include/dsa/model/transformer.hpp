@@ -167,9 +167,8 @@ class transformer {
         }
       }
       if (opt.observer) {
-        const index_t k = lw.moe ? c.num_experts_per_tok : 0;
         opt.observer(layer_trace{l, start, topk_v, hv, rv,
-                                 make_view(static_cast<const std::int32_t*>(routed.data()), {lw.moe ? t : 0, k})});
+                                 forward_detail::routed_experts(routed, lw.moe.has_value(), t, c.num_experts_per_tok)});
       }
       if (opt.progress) opt.progress(forward_progress{start, start + t, total_end, l, num_layers()});
     }

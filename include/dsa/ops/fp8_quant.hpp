@@ -46,9 +46,6 @@ void check_matrix(std::string_view op, std::string_view name, const V& v) {
   check_inner_contiguous(op, name, v);
 }
 
-// a >= 0 (check_valid ran), b > 0; exact up to INT64_MAX, unlike (a + b - 1) / b.
-inline index_t ceil_div(index_t a, index_t b) { return ::dsa::ceil_div(a, b); }
-
 }  // namespace fp8_quant_detail
 
 /// Quantizes x [rows, cols] to e4m3 codes q [rows, cols] with one fp32 scale per 1 x group_size
@@ -122,8 +119,8 @@ void weight_quant(const B& be, tensor_view<WT, 2, typename B::memory_space> w, o
   fp8_quant_detail::check_matrix(op, "s", s);
   check_extent(op, "q", q, 0, w.extent(0), "w.extent(0)");
   check_extent(op, "q", q, 1, w.extent(1), "w.extent(1)");
-  check_extent(op, "s", s, 0, fp8_quant_detail::ceil_div(w.extent(0), weight_quant_block), "ceil(w.extent(0) / 128)");
-  check_extent(op, "s", s, 1, fp8_quant_detail::ceil_div(w.extent(1), weight_quant_block), "ceil(w.extent(1) / 128)");
+  check_extent(op, "s", s, 0, ceil_div(w.extent(0), weight_quant_block), "ceil(w.extent(0) / 128)");
+  check_extent(op, "s", s, 1, ceil_div(w.extent(1), weight_quant_block), "ceil(w.extent(1) / 128)");
   if (w.empty()) return;
   detail::check_disjoint_rows(op, "q", q);
   detail::check_no_overlap(op, "q", q, "w", w, false);
@@ -142,8 +139,8 @@ void weight_dequant(const B& be, in_view<B, fp8_e4m3, 2> q, in_view<B, float, 2>
   fp8_quant_detail::check_matrix(op, "q", q);
   fp8_quant_detail::check_matrix(op, "s", s);
   fp8_quant_detail::check_matrix(op, "w", w);
-  check_extent(op, "s", s, 0, fp8_quant_detail::ceil_div(q.extent(0), weight_quant_block), "ceil(q.extent(0) / 128)");
-  check_extent(op, "s", s, 1, fp8_quant_detail::ceil_div(q.extent(1), weight_quant_block), "ceil(q.extent(1) / 128)");
+  check_extent(op, "s", s, 0, ceil_div(q.extent(0), weight_quant_block), "ceil(q.extent(0) / 128)");
+  check_extent(op, "s", s, 1, ceil_div(q.extent(1), weight_quant_block), "ceil(q.extent(1) / 128)");
   check_extent(op, "w", w, 0, q.extent(0), "q.extent(0)");
   check_extent(op, "w", w, 1, q.extent(1), "q.extent(1)");
   if (q.empty()) return;

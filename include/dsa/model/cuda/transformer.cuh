@@ -196,8 +196,7 @@ class transformer<cuda_backend> {
         opt.observer(layer_trace{l, start, make_view(static_cast<const std::int32_t*>(topk_host.data()), {t, k_sel}),
                                  make_view(static_cast<const bf16*>(h_host.data()), {t, d}),
                                  make_view(static_cast<const bf16*>(r_host.data()), {t, d}),
-                                 make_view(static_cast<const std::int32_t*>(routed.data()),
-                                           {lw.moe ? t : 0, lw.moe ? c.num_experts_per_tok : 0})});
+                                 forward_detail::routed_experts(routed, lw.moe.has_value(), t, c.num_experts_per_tok)});
       }
       if (opt.progress) opt.progress(forward_progress{start, start + t, total_end, l, num_layers()});
     }
