@@ -230,6 +230,34 @@ void check_topk_result(const dsa::host_view<const std::int32_t, 2>& ranges, cons
   }
 }
 
+// NaN propagation (docs/decisions.md, issue 14): a NaN that an attention row reads makes that
+// row's outputs NaN, never "no attention". Checked only where each output element has its own
+// memory (no zero stride) and the op accepted its arguments.
+// nan_checks counts the rows checked so (the search for the nan_* seeds of corpus/ops uses it).
+std::size_t nan_checks = 0;
+bool is_nan(float x) { return x != x; }
+bool is_nan(bf16 x) { return (x.bits & 0x7FFF) > 0x7F80; }
+
+template <class T, std::size_t R>
+bool own_elements(const dsa::host_view<T, R>& v) {
+  if (v.data_handle() == nullptr) return false;
+  for (std::size_t r = 0; r < R; ++r) {
+    if (v.stride(r) == 0) return false;
+  }
+  return true;
+}
+
+template <class Out>
+void check_attention_row_nan(index_t t, index_t hh, bool reads_nan, const dsa::host_view<Out, 3>& out,
+                             const dsa::host_view<float, 2>& lse) {
+  if (!reads_nan) return;
+  ++nan_checks;
+  if (own_elements(lse)) DSA_FUZZ_ASSERT(is_nan(lse(t, hh)));
+  if (own_elements(out)) {
+    for (index_t c = 0; c < out.extent(2); ++c) DSA_FUZZ_ASSERT(is_nan(out(t, hh, c)));
+  }
+}
+
 // ---- one function per op -----------------------------------------------------------------------
 
 template <class T>
@@ -409,9 +437,26 @@ void fuzz_sparse_mla(gen& g) {
   if (fp8) {
     auto kv = g.values<std::uint8_t, 2>({n, dsa::kv_fp8_row_bytes});
     dsa::sparse_mla_attention(g.backend(), q.view, kv.view, idx.view, out.view, lse.view, cfg, probs.view);
-  } else {
-    auto kv = g.values<bf16, 2>({n, d_qk});
-    dsa::sparse_mla_attention(g.backend(), q.view, kv.view, idx.view, out.view, lse.view, cfg, probs.view);
+    return;
+  }
+  auto kv = g.values<bf16, 2>({n, d_qk});
+  dsa::sparse_mla_attention(g.backend(), q.view, kv.view, idx.view, out.view, lse.view, cfg, probs.view);
+  // Accepted: every extent is the expected one. A row reading a NaN (its query head, or a used kv
+  // row's first d_qk values) is NaN.
+  const index_t nk = kv.view.extent(0), dq = q.view.extent(2);
+  for (index_t t = 0; t < q.view.extent(0); ++t) {
+    bool kv_nan = false, any_used = false;
+    for (index_t e = 0; e < idx.view.extent(1); ++e) {
+      const std::int32_t j = idx.view(t, e);
+      if (j < 0 || j >= nk) continue;
+      any_used = true;
+      for (index_t c = 0; c < dq; ++c) kv_nan = kv_nan || is_nan(kv.view(j, c));
+    }
+    for (index_t hh = 0; hh < q.view.extent(1); ++hh) {
+      bool q_nan = false;
+      for (index_t c = 0; c < dq; ++c) q_nan = q_nan || is_nan(q.view(t, hh, c));
+      check_attention_row_nan(t, hh, any_used && (kv_nan || q_nan), out.view, lse.view);
+    }
   }
 }
 
@@ -429,6 +474,22 @@ void fuzz_sparse_mha(gen& g) {
   cfg.softmax_scale = g.p.ConsumeBool() ? 0.125f : g.value();
   cfg.rounding = static_cast<dsa::attention_rounding>(g.p.ConsumeIntegralInRange(0, 3));
   dsa::sparse_mha_attention(g.backend(), q.view, kn.view, kr.view, v.view, idx.view, out.view, cfg, lse.view);
+  // Accepted: a head reading a NaN in its query or a used key's logit inputs is NaN.
+  const index_t nk = kn.view.extent(0);
+  for (index_t t = 0; t < q.view.extent(0); ++t) {
+    for (index_t hh = 0; hh < q.view.extent(1); ++hh) {
+      bool nan_in = false, any_used = false;
+      for (index_t c = 0; c < q.view.extent(2); ++c) nan_in = nan_in || is_nan(q.view(t, hh, c));
+      for (index_t e = 0; e < idx.view.extent(1); ++e) {
+        const std::int32_t j = idx.view(t, e);
+        if (j < 0 || j >= nk) continue;
+        any_used = true;
+        for (index_t c = 0; c < kn.view.extent(2); ++c) nan_in = nan_in || is_nan(kn.view(j, hh, c));
+        for (index_t c = 0; c < kr.view.extent(1); ++c) nan_in = nan_in || is_nan(kr.view(j, c));
+      }
+      check_attention_row_nan(t, hh, any_used && nan_in, out.view, lse.view);
+    }
+  }
 }
 
 void fuzz_kl(gen& g) {
@@ -437,12 +498,40 @@ void fuzz_kl(gen& g) {
   auto index = g.values<float, 2>({m, n});
   auto loss = g.output<float, 1>({1});
   auto grad = g.output<float, 2>({m, n});
+  // Accepted: every key of a row's key set carries a NaN gradient when the set reads a NaN
+  // attention value or score; a NaN attention value also makes the loss NaN.
+  auto check_nan = [&](index_t t, const std::vector<index_t>& keys) {
+    bool attn_nan = false, score_nan = false;
+    for (const index_t j : keys) {
+      for (index_t hh = 0; hh < attn.view.extent(1); ++hh) attn_nan = attn_nan || is_nan(attn.view(t, hh, j));
+      score_nan = score_nan || is_nan(index.view(t, j));
+    }
+    if (attn_nan && own_elements(loss.view)) DSA_FUZZ_ASSERT(is_nan(loss.view(0)));
+    if ((attn_nan || score_nan) && own_elements(grad.view)) {
+      ++nan_checks;
+      for (const index_t j : keys) DSA_FUZZ_ASSERT(is_nan(grad.view(t, j)));
+    }
+  };
+  std::vector<index_t> keys;
   if (g.p.ConsumeBool()) {
     auto r = g.ranges(m, n);
     dsa::indexer_kl_loss_dense(g.backend(), attn.view, index.view, r.view, loss.view, grad.view);
+    for (index_t t = 0; t < attn.view.extent(0); ++t) {
+      keys.clear();
+      for (index_t j = r.view(t, 0); j < r.view(t, 1); ++j) keys.push_back(j);
+      check_nan(t, keys);
+    }
   } else {
     auto topk = g.indices<2>({m, g.small(5)}, n);
     dsa::indexer_kl_loss_sparse(g.backend(), attn.view, index.view, topk.view, loss.view, grad.view);
+    for (index_t t = 0; t < attn.view.extent(0); ++t) {
+      keys.clear();
+      for (index_t e = 0; e < topk.view.extent(1); ++e) {
+        const std::int32_t j = topk.view(t, e);
+        if (j >= 0 && j < attn.view.extent(2)) keys.push_back(j);
+      }
+      check_nan(t, keys);
+    }
   }
 }
 

@@ -311,9 +311,12 @@ int run_model(const options& o) {
                (agrees ? " (agrees)" : " (expected " + std::to_string(r.argmax_want[step]) + ")"));
       ++step;
     } else if (c.metric == "argmax mismatches") {
-      line("argmax", c.pass,
-           std::to_string(static_cast<int>(c.max_error)) + " of " + std::to_string(r.argmax_match.size()) +
-               " steps disagree (at most " + std::to_string(static_cast<int>(c.tolerance)) + ")");
+      // "step*.logits" or, with batch rows, "step*.logits[b]": each row is its own sequence.
+      const std::string row = c.tensor.substr(std::string_view("step*.logits").size());
+      line(std::string("argmax").append(row), c.pass,
+           std::to_string(static_cast<int>(c.max_error)) + " of " +
+               std::to_string(r.argmax_match.size() / static_cast<std::size_t>(r.batch)) + " steps disagree (at most " +
+               std::to_string(static_cast<int>(c.tolerance)) + ")");
     } else {
       line(c.tensor, c.pass,
            "mean top-k set agreement " + dsa_validate::model_detail::fmt(1.0 - c.max_error, 4) + " (min " +
@@ -321,7 +324,7 @@ int run_model(const options& o) {
     }
   }
   for (const std::string& d : r.diagnostics) {
-    if (d.find(".logits:") == std::string::npos) std::cout << "  info: " << d << "\n";
+    if (d.find(".logits") == std::string::npos) std::cout << "  info: " << d << "\n";
   }
   std::cout << (passed + failed) << " checks: " << passed << " passed, " << failed << " failed\n";
 

@@ -275,17 +275,17 @@ TEST_CASE("cuda indexer_kl_loss: masked rows, NaN and infinite scores behave as 
       for (index_t j = 0; j < pr.n; ++j) {
         switch (t) {
           case 0: for (index_t hh = 0; hh < pr.h; ++hh) attn_at(t, hh, j) = 0.0f; break;  // no mass: 0
-          case 1: if (j == 5) attn_at(t, 2, j) = nan_f; break;                             // NaN mass: 0
+          case 1: if (j == 5) attn_at(t, 2, j) = nan_f; break;                             // NaN mass: NaN row
           case 2: if (j % 7 == 0) score_at(t, j) = -inf; break;                           // p > 0, q = 0: +inf
           case 3: score_at(t, j) = -inf; break;                                            // every score -inf
-          case 4: if (j == 9) score_at(t, j) = nan_f; break;
+          case 4: if (j == 9) score_at(t, j) = nan_f; break;                               // NaN score: NaN row
           case 5: if (j == 3) score_at(t, j) = inf; break;
           case 6: score_at(t, j) = 1.0f; break;                                            // uniform q
           default: break;
         }
       }
     }
-    // Row 0 alone (loss 0, grad 0), then everything together (loss +inf or NaN).
+    // Row 0 alone (loss 0, grad 0), then everything together (loss NaN: rows 1 and 4).
     kl_problem first = pr;
     first.m = 1;
     check_problem(first);
@@ -293,6 +293,7 @@ TEST_CASE("cuda indexer_kl_loss: masked rows, NaN and infinite scores behave as 
     CHECK(gpu.loss == 0.0f);
     for (index_t j = 0; j < first.n; ++j) CHECK(gpu.grad[static_cast<std::size_t>(j)] == 0.0f);
     check_problem(pr);
+    CHECK(std::isnan(run_cuda(pr).loss));
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -51,6 +52,50 @@ struct crafted_golden {
   crafted_golden(const crafted_golden&) = delete;
   crafted_golden& operator=(const crafted_golden&) = delete;
 };
+
+// A golden directory whose expected file holds the tiny model's golden row twice: batch 2, every
+// [1, ...] tensor stacked along dim 0. `edit` may change the stacked bytes of a tensor (by name).
+struct batched_golden {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("dsa_test_golden_batched_" + std::to_string(::getpid()));
+  std::vector<std::vector<std::byte>> owned;
+  template <class Edit>
+  explicit batched_golden(Edit edit) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(tiny_dir / "config.json", dir / "config.json");
+    std::filesystem::copy_file(tiny_dir / "model.safetensors", dir / "model.safetensors");
+    const auto src = dsa::safetensors_file::open(tiny_dir / "expected.safetensors");
+    std::vector<dsa::safetensors_entry> e;
+    owned.reserve(src.tensors().size());
+    for (const dsa::tensor_info& t : src.tensors()) {
+      const auto bytes = src.bytes(t);
+      auto& b = owned.emplace_back(bytes.begin(), bytes.end());
+      std::vector<dsa::index_t> shape = t.shape;
+      if (!shape.empty() && shape[0] == 1) {
+        b.insert(b.end(), bytes.begin(), bytes.end());
+        shape[0] = 2;
+      }
+      edit(t.name, b);
+      e.push_back({t.name, t.type, shape, std::span<const std::byte>(b)});
+    }
+    dsa::write_safetensors(dir / "expected.safetensors", e);
+  }
+  ~batched_golden() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  batched_golden(const batched_golden&) = delete;
+  batched_golden& operator=(const batched_golden&) = delete;
+};
+
+const dsa_validate::comparison* find_comparison(const dsa_validate::model_case_result& r, const std::string& name,
+                                                const std::string& metric) {
+  for (const auto& c : r.result.comparisons) {
+    if (c.tensor == name && c.metric == metric) return &c;
+  }
+  return nullptr;
+}
 
 }  // namespace
 
@@ -123,6 +168,82 @@ TEST_CASE("golden token counts beyond max_position_embeddings are an input_error
     CHECK_THROWS_WITH_AS(dsa_validate::run_model_case(dsa::cpu_backend{2}, g.dir),
                          doctest::Contains("expected.safetensors: step3.logits = missing; expected [1, 512] (one per "
                                            "step: the prompt's and each of the 100 generated tokens')"),
+                         dsa_validate::input_error);
+  }
+}
+
+TEST_CASE("a golden file with batch 2 replays each row as its own sequence and dumps in the same layout") {
+  const auto one = dsa_validate::run_model_case(dsa::cpu_backend{2}, tiny_dir);
+  SUBCASE("the golden row twice: both rows pass, outputs are the batch-1 outputs stacked") {
+    batched_golden g([](const std::string&, std::vector<std::byte>&) {});
+    const auto two = dsa_validate::run_model_case(dsa::cpu_backend{2}, g.dir);
+    CHECK(two.batch == 2);
+    CHECK(two.result.pass());
+    REQUIRE(two.cosines.size() == 2 * one.cosines.size());
+    REQUIRE(find_comparison(two, "step0.logits[1]", "1 - cosine") != nullptr);
+    REQUIRE(find_comparison(two, "step*.logits[0]", "argmax mismatches") != nullptr);
+    REQUIRE(find_comparison(two, "step0.layer2.topk[1]", "1 - mean set agreement") != nullptr);
+    CHECK(find_comparison(two, "step0.logits", "1 - cosine") == nullptr);
+    REQUIRE(two.result.outputs.size() == one.result.outputs.size());
+    for (std::size_t i = 0; i < one.result.outputs.size(); ++i) {
+      const auto& a = one.result.outputs[i];
+      const auto& b = two.result.outputs[i];
+      CAPTURE(a.name);
+      CHECK(b.name == a.name);
+      REQUIRE(b.shape.size() == a.shape.size());
+      CHECK(b.shape[0] == 2);
+      REQUIRE(b.bytes.size() == 2 * a.bytes.size());
+      CHECK(std::equal(a.bytes.begin(), a.bytes.end(), b.bytes.begin()));
+      CHECK(std::equal(a.bytes.begin(), a.bytes.end(), b.bytes.begin() + static_cast<std::ptrdiff_t>(a.bytes.size())));
+    }
+  }
+  SUBCASE("row 1's own prompt is replayed: changing it fails row 1 only") {
+    batched_golden g([](const std::string& name, std::vector<std::byte>& b) {
+      if (name != "prompt") return;
+      std::int64_t* row1 = reinterpret_cast<std::int64_t*>(b.data()) + 80;
+      for (int i = 0; i < 80; ++i) row1[i] = (row1[i] * 7 + 3) % 512;  // another prompt, same length
+    });
+    const auto two = dsa_validate::run_model_case(dsa::cpu_backend{2}, g.dir);
+    CHECK_FALSE(two.result.pass());
+    for (const auto& c : two.result.comparisons) {
+      CAPTURE(c.tensor);
+      if (c.tensor.find("[0]") != std::string::npos) CHECK(c.pass);
+    }
+    const auto* row1 = find_comparison(two, "step0.layer0.topk[1]", "1 - mean set agreement");
+    REQUIRE(row1 != nullptr);
+    CHECK_FALSE(row1->pass);
+  }
+  SUBCASE("a wrong expected logit row fails that row's step only") {
+    batched_golden g([](const std::string& name, std::vector<std::byte>& b) {
+      if (name != "step3.logits") return;
+      float* row1 = reinterpret_cast<float*>(b.data()) + 512;
+      for (int i = 0; i < 512; ++i) row1[i] = -row1[i];
+    });
+    const auto two = dsa_validate::run_model_case(dsa::cpu_backend{2}, g.dir);
+    CHECK_FALSE(two.result.pass());
+    CHECK(find_comparison(two, "step3.logits[0]", "1 - cosine")->pass);
+    CHECK_FALSE(find_comparison(two, "step3.logits[1]", "1 - cosine")->pass);
+    CHECK(find_comparison(two, "step4.logits[1]", "1 - cosine")->pass);
+  }
+  SUBCASE("prompt and generated with different batch sizes are an input_error") {
+    batched_golden g([](const std::string&, std::vector<std::byte>&) {});
+    // Rewrite with generated of batch 1 only.
+    const auto src = dsa::safetensors_file::open(g.dir / "expected.safetensors");
+    std::vector<std::vector<std::byte>> keep;
+    std::vector<dsa::safetensors_entry> e;
+    for (const dsa::tensor_info& t : src.tensors()) {
+      const auto bytes = src.bytes(t);
+      auto& b = keep.emplace_back(bytes.begin(), bytes.end());
+      std::vector<dsa::index_t> shape = t.shape;
+      if (t.name == "generated") {
+        b.resize(b.size() / 2);
+        shape[0] = 1;
+      }
+      e.push_back({t.name, t.type, shape, std::span<const std::byte>(b)});
+    }
+    dsa::write_safetensors(g.dir / "expected.safetensors", e);
+    CHECK_THROWS_WITH_AS(dsa_validate::run_model_case(dsa::cpu_backend{2}, g.dir),
+                         doctest::Contains("prompt [2, 80] and generated [1, 8]; expected [B, T] and [B, S] with the same B >= 1"),
                          dsa_validate::input_error);
   }
 }

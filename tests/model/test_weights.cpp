@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -92,6 +93,14 @@ struct tensors {
       }
     }
     entries.push_back({name, type, std::move(shape), data});
+  }
+  // Replaces a tensor with a copy whose bytes at `offset` are `patch`.
+  void patch(const std::string& name, std::size_t offset, std::span<const std::byte> patch_bytes) {
+    dsa::safetensors_entry* e = find(name);
+    owned.emplace_back(e->data.begin(), e->data.end());
+    REQUIRE(offset + patch_bytes.size() <= owned.back().size());
+    std::copy(patch_bytes.begin(), patch_bytes.end(), owned.back().begin() + static_cast<std::ptrdiff_t>(offset));
+    e->data = std::span<const std::byte>(owned.back());
   }
 };
 
@@ -347,6 +356,82 @@ TEST_CASE("a config.json contradicting the tensors names the file and the tensor
     CHECK(contains(e, "dsa::model::weights: " + file + ": "));
     CHECK(contains(e, message));
   }
+}
+
+TEST_CASE("a NaN or infinite weight is refused at load, naming the tensor and the element (issue 14)") {
+  // Each of these made a layer's attention vanish, or poisoned it, with dsa_run printing
+  // plausible tokens: a NaN in the indexer's weights_proj (index scores NaN, nothing selected),
+  // a norm weight, a block scale, an FP8 NaN code.
+  temp_dir dir;
+  const std::string file = (dir.path / "model.safetensors").string();
+  const auto f32 = [](float v) {
+    std::vector<std::byte> b(4);
+    std::memcpy(b.data(), &v, 4);
+    return b;
+  };
+  const auto bytes = [](std::initializer_list<unsigned> v) {
+    std::vector<std::byte> b;
+    for (const unsigned x : v) b.push_back(static_cast<std::byte>(x));
+    return b;
+  };
+  struct bad_case {
+    const char* name;
+    std::size_t offset;
+    std::vector<std::byte> value;
+    const char* element;
+  };
+  tensors probe;
+  const auto& ix = *probe.find("model.layers.0.self_attn.indexer.weights_proj.weight");
+  REQUIRE(ix.type == dsa::dtype::bf16);
+  const std::size_t ix_row = static_cast<std::size_t>(ix.shape[1]) * 2;
+  const auto& norm = *probe.find("model.layers.1.input_layernorm.weight");
+  const std::size_t norm_elem = dsa::dtype_size(norm.type);
+  std::vector<std::byte> norm_inf = norm.type == dsa::dtype::f32 ? f32(std::numeric_limits<float>::infinity())
+                                                                  : bytes({0x80, 0x7F});  // bf16 +inf
+  const auto& fp8 = *probe.find("model.layers.2.mlp.experts.3.down_proj.weight");
+  REQUIRE(fp8.type == dsa::dtype::f8_e4m3);
+  const std::size_t fp8_row = static_cast<std::size_t>(fp8.shape[1]);
+  const std::vector<bad_case> cases = {
+      {"model.layers.0.self_attn.indexer.weights_proj.weight", 1 * ix_row + 2 * 2, bytes({0xC0, 0x7F}), "[1, 2]"},
+      {"model.layers.1.input_layernorm.weight", 5 * norm_elem, norm_inf, "[5]"},
+      {"model.layers.1.self_attn.q_b_proj.weight_scale_inv", 4, f32(std::numeric_limits<float>::quiet_NaN()), "[0, 1]"},
+      {"model.layers.2.mlp.experts.3.down_proj.weight", 3 * fp8_row + 7, bytes({0xFF}), "[3, 7]"},
+  };
+  for (const bad_case& c : cases) {
+    CAPTURE(c.name);
+    tensors t;
+    t.patch(c.name, c.offset, c.value);
+    write_checkpoint(dir.path, t);
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, "dsa::model::weights: " + file + ": tensor '" + c.name + "' element " + c.element +
+                          " = non-finite (NaN or inf); expected finite values"));
+    // The transformer refuses it too; weight_check::none loads it (the user's explicit choice).
+    CHECK_THROWS_AS(dsa::model::transformer<dsa::cpu_backend>::load(dir.path, dsa::cpu_backend{1}), dsa::error);
+    CHECK_NOTHROW(dsa::model::weights::load(dir.path, -1, dsa::model::weight_check::none));
+  }
+}
+
+TEST_CASE("first_non_finite finds exactly the NaN and infinite patterns of every float dtype") {
+  using dsa::dtype;
+  using dsa::model::first_non_finite;
+  const auto at = [](dtype t, std::vector<std::uint8_t> b) {
+    return first_non_finite(t, std::as_bytes(std::span<const std::uint8_t>(b)));
+  };
+  std::vector<std::uint8_t> codes(10000);
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(i % 256 == 0x7F || i % 256 == 0xFF ? 0 : i);
+  CHECK(at(dtype::f8_e4m3, codes) == -1);  // every other code, incl. 448 (0x7E) and subnormals, is finite
+  codes[9000] = 0xFF;
+  CHECK(at(dtype::f8_e4m3, codes) == 9000);  // in the third block of 4096
+  codes[5] = 0x7F;
+  CHECK(at(dtype::f8_e4m3, codes) == 5);
+  CHECK(at(dtype::i8, codes) == -1);
+  CHECK(at(dtype::bf16, {0x80, 0x7F}) == 0);        // +inf
+  CHECK(at(dtype::bf16, {0x7F, 0x7F, 0x81, 0xFF}) == 1);  // max finite, then NaN
+  CHECK(at(dtype::f32, {0xFF, 0xFF, 0x7F, 0x7F, 0x00, 0x00, 0x80, 0xFF}) == 1);  // FLT_MAX, then -inf
+  CHECK(at(dtype::f16, {0xFF, 0x7B, 0x00, 0x7C}) == 1);  // 65504, then +inf
+  CHECK(at(dtype::f64, {0, 0, 0, 0, 0, 0, 0xF0, 0x7F}) == 0);
+  CHECK(at(dtype::i32, {0xFF, 0xFF, 0xFF, 0x7F}) == -1);
 }
 
 TEST_CASE("the MTP layer (index num_hidden_layers) is ignored") {

@@ -57,7 +57,7 @@ double replay_row(const float* attn, index_t s0, index_t s1, index_t h, const fl
     scratch[static_cast<std::size_t>(e)] = hs;
     ++counts[static_cast<std::size_t>(j)];
     tot[static_cast<std::size_t>(e % threads)] += hs;
-    mx = x[j] > mx ? x[j] : mx;
+    mx = dsa::kl_score_max(mx, x[j]);
   }
   (void)s0;
   const double total = block_sum(tot);
@@ -73,7 +73,7 @@ double replay_row(const float* attn, index_t s0, index_t s1, index_t h, const fl
     const float p = dsa::kl_normalize_p(scratch[static_cast<std::size_t>(e)], row_total);
     loss[static_cast<std::size_t>(e % threads)] += dsa::kl_term(p, dsa::kl_log_q(st, x[j]));
     const float grad = dsa::kl_grad(dsa::kl_softmax_q_from_weight(st, dsa::kl_softmax_weight(mx, x[j])), p,
-                                    row_total > 0.0f);
+                                    dsa::kl_row_has_mass(row_total));
     scratch[static_cast<std::size_t>(e)] =
         dsa::kl_grad_repeated(grad, sparse ? counts[static_cast<std::size_t>(j)] : 1u);
   }

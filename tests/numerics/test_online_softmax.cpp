@@ -116,6 +116,45 @@ TEST_CASE("online softmax: -inf logits get weight 0 and never produce NaN") {
   CHECK(s.sum == doctest::Approx(std::exp(-2.0)));
 }
 
+TEST_CASE("online softmax: a NaN logit poisons the state in any position and through merges") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CHECK(std::isnan(dsa::detail::max_propagate_nan(nan, 1.0f)));
+  CHECK(std::isnan(dsa::detail::max_propagate_nan(1.0f, nan)));
+  CHECK(std::isnan(dsa::detail::max_propagate_nan(-inf, nan)));
+  CHECK(dsa::detail::max_propagate_nan(1.0f, 2.0f) == 2.0f);
+  CHECK(dsa::detail::max_propagate_nan(-inf, -inf) == -inf);
+  for (std::size_t at = 0; at < 5; ++at) {  // first, middle, last; before and after the maximum
+    CAPTURE(at);
+    std::vector<float> x = {0.5f, 3.0f, -1.0f, -inf, 2.0f};
+    const std::vector<float> v = {1, 2, 3, 4, 5};
+    x[at] = nan;
+    const partial p = fold(x, v, 1, 0, x.size());
+    CHECK(std::isnan(p.st.max));
+    CHECK(std::isnan(dsa::online_softmax_lse(p.st)));
+    CHECK(std::isnan(dsa::online_softmax_normalize(p.st, p.acc[0])));
+    CHECK(std::isnan(dsa::online_softmax_probability(p.st, 0.5f)));
+    CHECK(std::isnan(dsa::online_softmax_probability_from_lse(0.5f, dsa::online_softmax_lse(p.st))));
+    // Split into halves and merged, either side NaN, either order, also against an empty side.
+    for (std::size_t cut = 0; cut <= x.size(); ++cut) {
+      partial a = fold(x, v, 1, 0, cut), b = fold(x, v, 1, cut, x.size());
+      dsa::online_softmax_merge_into(a.st, a.acc.data(), b.st, b.acc.data(), 1);
+      CHECK(std::isnan(dsa::online_softmax_lse(a.st)));
+      CHECK(std::isnan(dsa::online_softmax_normalize(a.st, a.acc[0])));
+      partial c = fold(x, v, 1, cut, x.size()), d = fold(x, v, 1, 0, cut);
+      dsa::online_softmax_merge_into(c.st, c.acc.data(), d.st, d.acc.data(), 1);
+      CHECK(std::isnan(dsa::online_softmax_lse(c.st)));
+    }
+  }
+  // A NaN value (not logit) reaches the accumulator through its weight, even a zero weight.
+  const partial q = fold({0.0f, -inf}, {1.0f, nan}, 1, 0, 2);
+  CHECK(std::isfinite(dsa::online_softmax_lse(q.st)));
+  CHECK(std::isnan(dsa::online_softmax_normalize(q.st, q.acc[0])));
+  // The empty state is still "no attention", not NaN.
+  const dsa::online_softmax_state empty;
+  CHECK(dsa::online_softmax_lse(empty) == inf);
+  CHECK(dsa::online_softmax_normalize(empty, 0.0f) == 0.0f);
+}
+
 TEST_CASE("FP8 MLA cache row: layout and decode") {
   std::vector<std::uint8_t> row(656, 0);
   const float scales[4] = {0.125f, 1.0f, 0x1p-20f, 4096.0f};
@@ -172,4 +211,18 @@ TEST_CASE("KL-loss element functions") {
   CHECK(dsa::kl_softmax_weight(-inf, -inf) == 0.0f);
   CHECK(dsa::kl_softmax_q(none, -inf) == 0.0f);
   CHECK(dsa::kl_log_q(none, -inf) == -inf);
+  // NaN propagates: a NaN score max, a NaN softmax sum, a NaN row total, a NaN p.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CHECK(std::isnan(dsa::kl_score_max(1.0f, nan)));
+  CHECK(std::isnan(dsa::kl_score_max(nan, 1.0f)));
+  CHECK(std::isnan(dsa::kl_softmax_weight(nan, 1.0f)));
+  const auto bad = dsa::kl_make_softmax_stats(1.0f, nan);
+  CHECK(std::isnan(bad.log_sum));
+  CHECK(std::isnan(dsa::kl_softmax_q(bad, 1.0f)));
+  CHECK(std::isnan(dsa::kl_log_q(bad, 1.0f)));
+  CHECK(dsa::kl_row_has_mass(nan));
+  CHECK_FALSE(dsa::kl_row_has_mass(0.0f));
+  CHECK(std::isnan(dsa::kl_normalize_p(1.0f, nan)));
+  CHECK(std::isnan(dsa::kl_term(nan, -1.0f)));
+  CHECK(std::isnan(dsa::kl_grad(0.25f, nan, dsa::kl_row_has_mass(nan))));
 }

@@ -292,6 +292,59 @@ TEST_CASE("indexer_kl_loss edge cases: no attention mass, -inf scores, all -inf,
   CHECK(run_dense(empty).loss == 0.0f);
 }
 
+TEST_CASE("indexer_kl_loss propagates NaN attention and NaN scores to their rows only (issue 14)") {
+  // Row 2: a NaN attention value at key 0 (every row's range and selection holds key 0). Row 4: a
+  // NaN index score at key 0. Row 0: NaN attention and a NaN score at key 8, outside its range
+  // [0, 5) and outside its selection: never read. A NaN row has a NaN loss term and NaN gradients
+  // on its whole key set (0 off it); the other rows are the clean problem's bits; the loss is NaN.
+  const kl_problem clean(6, 3, 10, 171);
+  kl_problem p = clean;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  p.attn[static_cast<std::size_t>((2 * p.h + 1) * p.n + 0)] = nan;
+  p.index[static_cast<std::size_t>(4 * p.n + 0)] = nan;
+  p.attn[static_cast<std::size_t>((0 * p.h + 2) * p.n + 8)] = nan;
+  p.index[static_cast<std::size_t>(0 * p.n + 8)] = nan;
+  const index_t k = 4;
+  std::vector<std::int32_t> topk(static_cast<std::size_t>(p.m * k));
+  for (index_t t = 0; t < p.m; ++t) {
+    const std::int32_t sel[4] = {0, 2, 3, -1};
+    std::copy(sel, sel + k, topk.begin() + t * k);
+  }
+  auto bits = [](float x) {
+    std::uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u;
+  };
+  for (const bool sparse : {false, true}) {
+    CAPTURE(sparse);
+    const kl_result got = sparse ? run_sparse(p, topk, k, dsa::cpu_backend{2}) : run_dense(p, dsa::cpu_backend{2});
+    const kl_result want = sparse ? run_sparse(clean, topk, k) : run_dense(clean);
+    CHECK(std::isnan(got.loss));
+    CHECK(std::isfinite(want.loss));
+    for (index_t t = 0; t < p.m; ++t) {
+      CAPTURE(t);
+      const index_t end = p.ranges[static_cast<std::size_t>(2 * t + 1)];
+      for (index_t j = 0; j < p.n; ++j) {
+        CAPTURE(j);
+        const bool in_set = sparse ? (j == 0 || j == 2 || j == 3) : j < end;
+        const float g = got.grad[static_cast<std::size_t>(t * p.n + j)];
+        if ((t == 2 || t == 4) && in_set) {
+          CHECK(std::isnan(g));
+        } else {
+          CHECK(bits(g) == bits(want.grad[static_cast<std::size_t>(t * p.n + j)]));
+        }
+      }
+    }
+  }
+  // Row 2 alone shows the term itself is NaN (not merely another row's).
+  kl_problem one = p;
+  one.m = 1;
+  std::copy(p.attn.begin() + 2 * p.h * p.n, p.attn.begin() + 3 * p.h * p.n, one.attn.begin());
+  std::copy(p.index.begin() + 2 * p.n, p.index.begin() + 3 * p.n, one.index.begin());
+  one.ranges = {0, static_cast<std::int32_t>(p.n)};
+  CHECK(std::isnan(run_dense(one).loss));
+}
+
 TEST_CASE("indexer_kl_loss is bit-identical for every thread count") {
   kl_problem p(37, 5, 40, 161);
   const index_t k = 16;

@@ -243,6 +243,49 @@ TEST_CASE("sparse_mha_attention empty rows, k = 0, n = 0 and no tokens") {
   }
 }
 
+TEST_CASE("sparse_mha_attention propagates NaN to exactly the outputs that read it (issue 14)") {
+  // Row 0 reads key 3, whose shared rope part holds a NaN: every head's logit is NaN. Row 1 reads
+  // key 4, whose value of head 1 has one NaN column: only that output column of head 1 is NaN
+  // (p · NaN), lse stays finite. Row 2 has a NaN query head 0. Row 3 reads clean keys while the
+  // keys it does not read are NaN-filled. Every other output equals the clean problem's bits.
+  const index_t s = 4, h = 3, d_nope = 16, d_rope = 8, d_v = 8, n = 12, k = 6;
+  problem p(s, h, d_nope, d_rope, d_v, n, k, 31);
+  const std::int32_t rows[4][6] = {{0, 3, 5, -1, 1, 2}, {4, 0, 1, 2, -1, -1}, {0, 1, 2, 5, 6, 7}, {8, 9, 10, 11, -1, 8}};
+  for (index_t t = 0; t < s; ++t) std::copy(rows[t], rows[t] + k, p.idx.begin() + t * k);
+  const problem clean = p;
+  const bf16 nan = bf16::from_bits(0x7FC0);
+  p.k_rope[static_cast<std::size_t>(3 * d_rope + 2)] = nan;
+  p.kv[static_cast<std::size_t>((4 * h + 1) * (d_nope + d_v) + d_nope + 5)] = nan;  // v[4, head 1, col 5]
+  for (index_t c = 0; c < p.d_qk(); ++c) p.q[static_cast<std::size_t>((2 * h + 0) * p.d_qk() + c)] = nan;
+  std::fill(p.kv.begin() + 3 * h * (d_nope + d_v), p.kv.begin() + 4 * h * (d_nope + d_v), nan);  // key 3, unread by rows 1..3
+
+  for (rounding r : {rounding::fp32, rounding::bf16, rounding::bf16_split}) {
+    CAPTURE(static_cast<int>(r));
+    const result got = run(p, r), want = run(clean, r);
+    for (index_t t = 0; t < s; ++t) {
+      for (index_t hh = 0; hh < h; ++hh) {
+        CAPTURE(t);
+        CAPTURE(hh);
+        const float lse = got.lse[static_cast<std::size_t>(t * h + hh)];
+        const bool row_nan = t == 0 || (t == 2 && hh == 0);
+        if (row_nan) {
+          CHECK(std::isnan(lse));
+        } else {
+          CHECK(std::memcmp(&lse, &want.lse[static_cast<std::size_t>(t * h + hh)], sizeof(float)) == 0);
+        }
+        for (index_t c = 0; c < d_v; ++c) {
+          const bf16 o = got.out[static_cast<std::size_t>((t * h + hh) * d_v + c)];
+          if (row_nan || (t == 1 && hh == 1 && c == 5)) {
+            CHECK((o.bits & 0x7FFF) > 0x7F80);
+          } else {
+            CHECK(o.bits == want.out[static_cast<std::size_t>((t * h + hh) * d_v + c)].bits);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("sparse_mha_attention with lse absent writes the same out") {
   const problem p(4, 4, 32, 16, 32, 40, 16, 19);
   const result with = run(p, rounding::bf16);

@@ -1,6 +1,7 @@
 // dsa::sparse_mla_attention: front-end checks and CPU results against a double-precision oracle.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -80,6 +81,12 @@ void check_against_reference(const problem& p, const result& r, double tol = 2e-
   CHECK(max_out <= tol);
   CHECK(max_lse <= tol);
   CHECK(max_probs <= tol * static_cast<double>(p.h));
+}
+
+std::uint32_t dsa_test_bits(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -168,6 +175,112 @@ TEST_CASE("sparse_mla_attention skips -1, negative and >= n entries and counts d
   }
   CHECK(r.probs[static_cast<std::size_t>(2 * p.k + 3)] == doctest::Approx(p.h / 3.0).epsilon(1e-6));
   CHECK(r.probs[static_cast<std::size_t>(2 * p.k + 4)] == 0.0f);
+}
+
+TEST_CASE("sparse_mla_attention propagates NaN to exactly the rows and heads that read it (issue 14)") {
+  // n = 200 keys, k = 100 entries (two CPU tiles of 64), 20 heads. Row 0 reads a kv row holding
+  // one NaN in its latent part (entry 80, in the second tile, after a finite maximum); row 1
+  // reads only clean rows, while kv rows it never reads are NaN-filled (FlashMLA's tests fill
+  // unused rows so); row 2 has a NaN in query head 3; row 3 has only -1 padding.
+  problem p(4, 20, 72, 200, 100, 64, 77);
+  const bf16 nan_bf16 = bf16::from_bits(0x7FC0);
+  for (index_t e = 0; e < p.k; ++e) {
+    p.idx[static_cast<std::size_t>(0 * p.k + e)] = static_cast<std::int32_t>(e);        // reads row 80
+    p.idx[static_cast<std::size_t>(1 * p.k + e)] = static_cast<std::int32_t>(100 + e);  // clean rows
+    p.idx[static_cast<std::size_t>(2 * p.k + e)] = static_cast<std::int32_t>(100 + e);
+    p.idx[static_cast<std::size_t>(3 * p.k + e)] = -1;
+  }
+  problem clean = p;
+  p.kv[static_cast<std::size_t>(80 * p.d + 5)] = nan_bf16;
+  for (const index_t j : {index_t{90}, index_t{99}}) {  // unread by rows 1..3
+    for (index_t c = 0; c < p.d; ++c) p.kv[static_cast<std::size_t>(j * p.d + c)] = nan_bf16;
+  }
+  for (index_t c = 0; c < p.d; ++c) p.q[static_cast<std::size_t>((2 * p.h + 3) * p.d + c)] = nan_bf16;
+  p.kvf = dsa_test::to_floats(p.kv);
+  p.qf = dsa_test::to_floats(p.q);
+  clean.q = p.q;
+  clean.qf = p.qf;
+  for (index_t c = 0; c < p.d; ++c) clean.q[static_cast<std::size_t>((2 * p.h + 3) * p.d + c)] = bf16(0.5f);
+
+  for (const int threads : {1, 2}) {
+    CAPTURE(threads);
+    const result r = run(p, dsa::cpu_backend{threads});
+    const result c = run(clean, dsa::cpu_backend{threads});
+    auto out_at = [&](const result& x, index_t t, index_t hh, index_t col) {
+      return x.out[static_cast<std::size_t>((t * p.h + hh) * p.d_v + col)];
+    };
+    auto lse_at = [&](const result& x, index_t t, index_t hh) { return x.lse[static_cast<std::size_t>(t * p.h + hh)]; };
+    for (index_t hh = 0; hh < p.h; ++hh) {
+      CAPTURE(hh);
+      // Row 0: every head read the NaN key, so every output and lse is NaN.
+      CHECK(std::isnan(lse_at(r, 0, hh)));
+      for (index_t col = 0; col < p.d_v; ++col) CHECK(std::isnan(out_at(r, 0, hh, col)));
+      // Row 1: the NaN rows it does not read leave it exactly as with clean rows.
+      CHECK(dsa_test_bits(lse_at(r, 1, hh)) == dsa_test_bits(lse_at(c, 1, hh)));
+      for (index_t col = 0; col < p.d_v; ++col) CHECK(dsa_test_bits(out_at(r, 1, hh, col)) == dsa_test_bits(out_at(c, 1, hh, col)));
+      // Row 2: only head 3 is NaN.
+      if (hh == 3) {
+        CHECK(std::isnan(lse_at(r, 2, hh)));
+        for (index_t col = 0; col < p.d_v; ++col) CHECK(std::isnan(out_at(r, 2, hh, col)));
+      } else {
+        CHECK(dsa_test_bits(lse_at(r, 2, hh)) == dsa_test_bits(lse_at(c, 2, hh)));
+        for (index_t col = 0; col < p.d_v; ++col) CHECK(dsa_test_bits(out_at(r, 2, hh, col)) == dsa_test_bits(out_at(c, 2, hh, col)));
+      }
+      // Row 3: no key at all stays "no attention" (out 0, lse +inf), not NaN.
+      CHECK(lse_at(r, 3, hh) == std::numeric_limits<float>::infinity());
+      for (index_t col = 0; col < p.d_v; ++col) CHECK(out_at(r, 3, hh, col) == 0.0f);
+    }
+    // probs sum over heads: NaN on every used entry of rows 0 and 2, clean bits on row 1, 0 on row 3.
+    for (index_t e = 0; e < p.k; ++e) {
+      CHECK(std::isnan(r.probs[static_cast<std::size_t>(0 * p.k + e)]));
+      CHECK(dsa_test_bits(r.probs[static_cast<std::size_t>(1 * p.k + e)]) == dsa_test_bits(c.probs[static_cast<std::size_t>(1 * p.k + e)]));
+      CHECK(std::isnan(r.probs[static_cast<std::size_t>(2 * p.k + e)]));
+      CHECK(r.probs[static_cast<std::size_t>(3 * p.k + e)] == 0.0f);
+    }
+  }
+
+  SUBCASE("an FP8 NaN code or a NaN group scale in a cache row") {
+    const index_t n = 130;
+    for (const bool in_scale : {false, true}) {
+      CAPTURE(in_scale);
+      std::vector<std::uint8_t> cache = random_fp8_cache(n, 94);
+      for (index_t j = 0; j < n; ++j) {  // no NaN codes by chance
+        for (index_t i = 0; i < 512; ++i) {
+          std::uint8_t& b = cache[static_cast<std::size_t>(j * dsa::kv_fp8_row_bytes + i)];
+          if ((b & 0x7F) == 0x7F) b = 0x10;
+        }
+      }
+      std::vector<std::uint8_t> bad = cache;
+      if (in_scale) {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::memcpy(bad.data() + 7 * dsa::kv_fp8_row_bytes + 512 + 4, &nan, 4);
+      } else {
+        bad[static_cast<std::size_t>(7 * dsa::kv_fp8_row_bytes + 300)] = 0x7F;
+      }
+      problem q(2, 24, 576, n, 16, 512, 95);
+      for (index_t e = 0; e < q.k; ++e) {
+        q.idx[static_cast<std::size_t>(e)] = static_cast<std::int32_t>(e);            // reads row 7
+        q.idx[static_cast<std::size_t>(q.k + e)] = static_cast<std::int32_t>(20 + e);  // does not
+      }
+      auto attend = [&](const std::vector<std::uint8_t>& rows) {
+        result x;
+        x.out.assign(static_cast<std::size_t>(q.s * q.h * 512), 0.0f);
+        x.lse.assign(static_cast<std::size_t>(q.s * q.h), 0.0f);
+        dsa::sparse_mla_attention(dsa::cpu, q.q_view(), dsa::make_view(rows.data(), {n, index_t{656}}), q.idx_view(),
+                                  dsa::make_view(x.out.data(), {q.s, q.h, index_t{512}}), dsa::make_view(x.lse.data(), {q.s, q.h}),
+                                  q.cfg());
+        return x;
+      };
+      const result r = attend(bad), c = attend(cache);
+      for (index_t hh = 0; hh < q.h; ++hh) {
+        CHECK(std::isnan(r.lse[static_cast<std::size_t>(hh)]));
+        CHECK(std::isnan(r.out[static_cast<std::size_t>(hh * 512 + 100)]));
+        CHECK(dsa_test_bits(r.lse[static_cast<std::size_t>(q.h + hh)]) == dsa_test_bits(c.lse[static_cast<std::size_t>(q.h + hh)]));
+      }
+      CHECK(std::equal(r.out.begin() + q.h * 512, r.out.end(), c.out.begin() + q.h * 512,
+                       [](float a, float b) { return dsa_test_bits(a) == dsa_test_bits(b); }));
+    }
+  }
 }
 
 TEST_CASE("sparse_mla_attention probs sum to h per row with keys") {

@@ -40,7 +40,7 @@ double indexer_kl_row(const tensor_view<const float, 3>& attn, const float* scor
   float max = detail::neg_inf_f32();
   for (index_t e = 0; e < cnt; ++e) {
     total += head_sum[e];
-    max = std::max(max, scores[keys(e)]);
+    max = kl_score_max(max, scores[keys(e)]);
   }
   double sum_exp = 0.0;
   for (index_t e = 0; e < cnt; ++e) {
@@ -49,7 +49,7 @@ double indexer_kl_row(const tensor_view<const float, 3>& attn, const float* scor
   }
   const kl_softmax_stats st = kl_make_softmax_stats(max, static_cast<float>(sum_exp));
   const float row_total = static_cast<float>(total);
-  const bool has_mass = row_total > 0.0f;
+  const bool has_mass = kl_row_has_mass(row_total);
 
   double loss = 0.0;
   for (index_t e = 0; e < cnt; ++e) {

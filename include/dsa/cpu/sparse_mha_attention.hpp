@@ -38,18 +38,16 @@ struct op_impl<cpu_backend, sparse_mha_attention_op> {
         for (index_t hh = 0; hh < h; ++hh) {
           const bf16* qh = &q(t, hh, 0);
           float m = -std::numeric_limits<float>::infinity();
-          bool any = false;
           for (index_t j = 0; j < k; ++j) {
             if (!sparse_mha_index_valid(idx[j], n)) continue;
             const index_t r = idx[j];
             const bf16* kr = d_rope > 0 ? k_rope.row(r) : nullptr;
             logit[static_cast<std::size_t>(j)] =
                 sparse_mha_logit(qh, &k_nope(r, hh, 0), d_nope, kr, d_rope, cfg.softmax_scale, cfg.rounding);
-            m = any ? std::max(m, logit[static_cast<std::size_t>(j)]) : logit[static_cast<std::size_t>(j)];
-            any = true;
+            m = sparse_mha_max(m, logit[static_cast<std::size_t>(j)]);
           }
           bf16* o = &out(t, hh, 0);
-          if (!any || !(m > -std::numeric_limits<float>::infinity())) {
+          if (sparse_mha_row_empty(m)) {
             std::fill(o, o + d_v, bf16(0.0f));
             if (want_lse) lse(t, hh) = std::numeric_limits<float>::infinity();
             continue;

@@ -315,7 +315,7 @@ void sparse_mla_attention_cpu(const cpu_backend& be, const tensor_view<const bf1
             for (index_t j = 0; j < jn; ++j) {
               const float x = st[static_cast<std::size_t>(j * hpad + i)] * scale;
               w[j] = x;
-              tile_max = std::max(tile_max, x);
+              tile_max = detail::max_propagate_nan(tile_max, x);
             }
             const float alpha = online_softmax_rescale(sti, tile_max);
             if (alpha != 1.0f) {

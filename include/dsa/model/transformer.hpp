@@ -70,9 +70,11 @@ class transformer {
                 "or include dsa/model/cuda/transformer.cuh for dsa::cuda_backend");
 
  public:
-  /// Opens a checkpoint directory (config.json + safetensors); `num_layers` as weights::load.
-  static transformer load(const std::filesystem::path& dir, Backend be = {}, index_t num_layers = -1) {
-    return transformer(weights::load(dir, num_layers), be);
+  /// Opens a checkpoint directory (config.json + safetensors); `num_layers` and `check` as
+  /// weights::load.
+  static transformer load(const std::filesystem::path& dir, Backend be = {}, index_t num_layers = -1,
+                          weight_check check = weight_check::finite) {
+    return transformer(weights::load(dir, num_layers, check), be);
   }
 
   transformer(::dsa::model::weights w, Backend be) : w_(std::move(w)), be_(be) {

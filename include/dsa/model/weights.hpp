@@ -11,6 +11,10 @@
 // has a quantization_config, bf16 otherwise. Norm weights and the routing bias may be F32 or BF16
 // (Hugging Face checkpoints differ); BF16 ones are widened to fp32 once (a few KB per layer).
 // The MTP layer (index num_hidden_layers) and any other extra tensor are ignored.
+// Every bound tensor is scanned for NaN / infinite values (dsa/model/finite_scan.hpp) unless
+// loaded with weight_check::none: a checkpoint with a non-finite weight is a dsa::error naming
+// the tensor and the element, because such a weight can make a layer's attention vanish without
+// any NaN reaching the logits (docs/decisions.md, "Non-finite weights").
 //
 // Part of the dsa::model target.
 #pragma once
@@ -30,10 +34,16 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/model/config.hpp"
+#include "dsa/model/finite_scan.hpp"
 #include "dsa/model/safetensors.hpp"
 
 DSA_NAMESPACE_BEGIN
 namespace model {
+
+/// What weights::load checks of the stored values: `finite` (the default) refuses a checkpoint
+/// with a NaN or infinite element in any tensor the forward pass uses (one read of every bound
+/// tensor at load); `none` skips that read.
+enum class weight_check : std::uint8_t { finite, none };
 
 /// The FP8 weight block (both dimensions) of DeepSeek's checkpoints.
 inline constexpr index_t weight_block = 128;
@@ -135,16 +145,19 @@ class weights {
   /// Opens `dir` (config.json plus model.safetensors or a sharded index) and binds everything.
   /// `num_layers` < 0 binds all num_hidden_layers layers; a smaller number binds (and lets a
   /// transformer run) only the first `num_layers`, e.g. to smoke-test a layer of a real checkpoint.
-  static weights load(const std::filesystem::path& dir, index_t num_layers = -1) {
+  /// `check` as weight_check says.
+  static weights load(const std::filesystem::path& dir, index_t num_layers = -1,
+                      weight_check check = weight_check::finite) {
     namespace fs = std::filesystem;
     ::dsa::model::config cfg = config::load(dir);
     const fs::path ckpt = fs::is_directory(dir) ? dir : dir.parent_path();
-    return bind(std::move(cfg), safetensors_checkpoint::open(ckpt), num_layers);
+    return bind(std::move(cfg), safetensors_checkpoint::open(ckpt), num_layers, check);
   }
 
   /// Binds the tensors of `ckpt` for `cfg` (already validated); see load().
-  static weights bind(::dsa::model::config cfg, safetensors_checkpoint ckpt, index_t num_layers = -1) {
-    weights w(std::move(cfg), std::make_unique<safetensors_checkpoint>(std::move(ckpt)));
+  static weights bind(::dsa::model::config cfg, safetensors_checkpoint ckpt, index_t num_layers = -1,
+                      weight_check check = weight_check::finite) {
+    weights w(std::move(cfg), std::make_unique<safetensors_checkpoint>(std::move(ckpt)), check);
     w.bind_all(num_layers);
     return w;
   }
@@ -161,8 +174,8 @@ class weights {
   host_view<const bf16, 2> lm_head;       ///< [vocab, hidden], used in fp32
 
  private:
-  weights(::dsa::model::config cfg, std::unique_ptr<safetensors_checkpoint> ckpt)
-      : cfg_(std::move(cfg)), ckpt_(std::move(ckpt)) {}
+  weights(::dsa::model::config cfg, std::unique_ptr<safetensors_checkpoint> ckpt, weight_check check)
+      : cfg_(std::move(cfg)), ckpt_(std::move(ckpt)), check_(check) {}
 
   // "dsa::model::weights: <file>: tensor '<name>' <what> = <value>; expected <expected>"
   [[noreturn]] void fail_tensor(std::string_view name, std::string_view what, std::string_view value,
@@ -190,11 +203,35 @@ class weights {
     }
   }
 
+  // Refuses a tensor with a NaN or infinite element (unless check_ is none), naming the element.
+  void check_values(const tensor_info& t) const {
+    if (check_ == weight_check::none) return;
+    const std::int64_t at = first_non_finite(t.type, ckpt_->bytes(t.name));
+    if (at < 0) return;
+    std::string where = "[";  // the element's multi-index, row-major
+    std::uint64_t rest = static_cast<std::uint64_t>(at);
+    std::vector<std::uint64_t> idx(t.shape.size());
+    for (std::size_t r = t.shape.size(); r-- > 0;) {
+      const auto d = static_cast<std::uint64_t>(t.shape[r]);
+      idx[r] = rest % d;
+      rest /= d;
+    }
+    for (std::size_t r = 0; r < idx.size(); ++r) {
+      if (r) where += ", ";
+      where += std::to_string(idx[r]);
+    }
+    where += "]";
+    fail_tensor(t.name, "element " + where, "non-finite (NaN or inf)",
+                "finite values: a checkpoint with a NaN or infinite weight is refused at load "
+                "(weight_check::none skips this check)");
+  }
+
   template <class T, std::size_t R>
   host_view<const T, R> tensor(const std::string& name, std::vector<index_t> shape, std::string_view why) const {
     const tensor_info& t = lookup(name, why);
     check_dtype(t, dtype_of<T>(), why);
     check_shape(t, std::move(shape), why);
+    check_values(t);
     return ckpt_->view<T, R>(name);
   }
 
@@ -202,8 +239,11 @@ class weights {
   host_view<const float, 1> vector_f32(const std::string& name, index_t n, std::string_view why) {
     const tensor_info& t = lookup(name, why);
     check_shape(t, {n}, why);
+    if (t.type != dtype::f32 && t.type != dtype::bf16) {
+      fail_tensor(name, "dtype", dtype_name(t.type), "F32 or BF16 (" + std::string(why) + ")");
+    }
+    check_values(t);
     if (t.type == dtype::f32) return ckpt_->view<float, 1>(name);
-    if (t.type != dtype::bf16) fail_tensor(name, "dtype", dtype_name(t.type), "F32 or BF16 (" + std::string(why) + ")");
     const host_view<const bf16, 1> src = ckpt_->view<bf16, 1>(name);
     auto& dst = widened_.emplace_back(static_cast<std::size_t>(n));
     for (index_t i = 0; i < n; ++i) dst[static_cast<std::size_t>(i)] = src(i).to_float();
@@ -322,6 +362,7 @@ class weights {
 
   ::dsa::model::config cfg_;
   std::unique_ptr<safetensors_checkpoint> ckpt_;
+  weight_check check_ = weight_check::finite;
   std::vector<std::vector<float>> widened_;  // BF16 norm weights and biases widened to fp32
 };
 

@@ -40,5 +40,16 @@ DSA_HOST_DEVICE DSA_FORCEINLINE float sqrt_rn(float a) {
 #endif
 }
 
+/// max(a, b) that propagates NaN: NaN if either operand is NaN (the first one, then), else the
+/// larger, `a` on ties (so -0 vs +0 keeps `a`). IEEE maxNum, std::max and fmaxf all drop a NaN
+/// operand, which in a softmax's running maximum turns a NaN logit into "no attention"; every
+/// max that feeds a softmax (attention, the KL losses) goes through this instead, on both
+/// backends, so the result does not depend on the reduction order.
+DSA_HOST_DEVICE DSA_FORCEINLINE float max_propagate_nan(float a, float b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return b > a ? b : a;
+}
+
 }  // namespace detail
 DSA_NAMESPACE_END

@@ -9,6 +9,11 @@
 //
 // The empty state (no key seen) has m = -inf and l = 0; it merges as the identity and finalises
 // to out = 0, lse = +inf, the convention for a query row without any valid key.
+//
+// NaN propagates: a NaN logit makes m NaN (detail::max_propagate_nan, never IEEE max, which would
+// drop it), every later factor and weight NaN, and so l, acc, out, lse and every probability of
+// that row NaN, as torch's softmax gives; a NaN value in v reaches the accumulator through its
+// weight (0 · NaN is NaN). Only "no key at all" (l = 0) finalises to out = 0, lse = +inf.
 #pragma once
 
 #include <cmath>
@@ -16,6 +21,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/numerics/fp32_ops.hpp"
 
 DSA_NAMESPACE_BEGIN
 
@@ -53,11 +59,12 @@ struct online_softmax_state {
 /// Makes room for a tile whose largest scaled logit is `tile_max`: raises state.max to
 /// max(state.max, tile_max) and rescales state.sum. Returns the factor the caller must multiply
 /// its accumulator by (exp(old max - new max); 1 while nothing finite has been seen, so that an
-/// all -inf prefix never produces exp(-inf + inf) = NaN). Afterwards add
+/// all -inf prefix never produces exp(-inf + inf) = NaN; NaN once the tile or the state holds a
+/// NaN logit: tile_max must then be NaN, i.e. computed with detail::max_propagate_nan). Afterwards add
 /// online_softmax_weight(state, x) to state.sum, and weight · v to the accumulator, for every x
 /// of the tile.
 DSA_HOST_DEVICE DSA_FORCEINLINE float online_softmax_rescale(online_softmax_state& state, float tile_max) {
-  const float new_max = tile_max > state.max ? tile_max : state.max;
+  const float new_max = detail::max_propagate_nan(state.max, tile_max);
   if (new_max == detail::neg_inf_f32()) return 1.0f;
   const float alpha = state.max == new_max ? 1.0f : detail::exp_f32(state.max - new_max);
   state.sum *= alpha;
@@ -94,7 +101,7 @@ struct online_softmax_merge_factors {
 DSA_HOST_DEVICE DSA_FORCEINLINE online_softmax_merge_factors online_softmax_merge(const online_softmax_state& a,
                                                                                  const online_softmax_state& b) {
   online_softmax_merge_factors f;
-  const float m = a.max > b.max ? a.max : b.max;
+  const float m = detail::max_propagate_nan(a.max, b.max);
   if (m == detail::neg_inf_f32()) {
     f.merged = online_softmax_state{};
     f.scale_a = 0.0f;
@@ -117,26 +124,28 @@ DSA_HOST_DEVICE inline void online_softmax_merge_into(online_softmax_state& a, f
   a = f.merged;
 }
 
-/// Natural-log logsumexp of the scaled logits: max + ln(sum); +inf for the empty state.
+/// Natural-log logsumexp of the scaled logits: max + ln(sum); +inf for the empty state (sum 0),
+/// NaN for a NaN state.
 DSA_HOST_DEVICE DSA_FORCEINLINE float online_softmax_lse(const online_softmax_state& state) {
-  if (!(state.sum > 0.0f)) return detail::pos_inf_f32();
+  if (state.sum == 0.0f) return detail::pos_inf_f32();
   return state.max + detail::log_f32(state.sum);
 }
 
-/// One output element acc / sum (IEEE division); 0 for the empty state.
+/// One output element acc / sum (IEEE division); 0 for the empty state, NaN for a NaN state.
 DSA_HOST_DEVICE DSA_FORCEINLINE float online_softmax_normalize(const online_softmax_state& state, float acc) {
-  if (!(state.sum > 0.0f)) return 0.0f;
+  if (state.sum == 0.0f) return 0.0f;
   return detail::div_rn(acc, state.sum);
 }
 
-/// The final probability of a key with scaled logit x: exp(x - max) / sum; 0 for the empty state.
+/// The final probability of a key with scaled logit x: exp(x - max) / sum; 0 for the empty state,
+/// NaN for a NaN state.
 DSA_HOST_DEVICE DSA_FORCEINLINE float online_softmax_probability(const online_softmax_state& state, float x) {
   return online_softmax_normalize(state, online_softmax_weight(state, x));
 }
 
 /// The same probability from the final lse alone (a second pass that kept no state): exp(x - lse),
-/// and 0 where online_softmax_lse returned +inf (the state whose sum is not > 0), as
-/// online_softmax_probability gives; exp(x - inf) would be NaN there for x = +inf or NaN.
+/// and 0 where online_softmax_lse returned +inf (the empty state), as online_softmax_probability
+/// gives; exp(x - inf) would be NaN there for x = +inf or NaN. A NaN lse gives NaN.
 DSA_HOST_DEVICE DSA_FORCEINLINE float online_softmax_probability_from_lse(float x, float lse) {
   if (lse == detail::pos_inf_f32()) return 0.0f;
   return detail::exp_f32(x - lse);

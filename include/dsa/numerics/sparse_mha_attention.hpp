@@ -57,16 +57,16 @@ DSA_HOST_DEVICE inline float sparse_mha_logit(const bf16* q, const bf16* k_nope,
   return acc * scale;
 }
 
-/// The row maximum of the CPU's loop (m = the first used logit, then m = std::max(m, logit_j)),
-/// from order-free parts: `max_ignoring_nan`, the fmax of the used logits (NaN ignored), and
-/// whether the first used logit is NaN. std::max keeps its left operand unless the right one is
-/// larger, so a NaN first logit stays the maximum (the row then outputs 0, as the CPU's), and a
-/// later NaN never displaces it. A parallel reduction gets the CPU's bits this way. (Among equal
-/// values of opposite zero sign the CPU keeps the first; the sign of a zero maximum cannot change
-/// any exp(logit - m) or m + ln(sum), so it is not tracked.)
-DSA_HOST_DEVICE DSA_FORCEINLINE float sparse_mha_row_max(float max_ignoring_nan, bool first_is_nan) {
-  return first_is_nan ? detail::bits_float(0x7FC00000u) : max_ignoring_nan;
-}
+/// The row maximum m: detail::max_propagate_nan over the used logits, from -inf. A NaN logit
+/// makes m NaN, and with it every e_j, p_j, out and lse of the row (NaN propagates, as in torch's
+/// softmax); the value does not depend on the order (NaN payloads aside), so a parallel reduction
+/// gets the CPU loop's value. (Among equal values of opposite zero sign the order decides; the
+/// sign of a zero maximum cannot change any exp(logit - m) or m + ln(sum).)
+DSA_HOST_DEVICE DSA_FORCEINLINE float sparse_mha_max(float m, float logit) { return detail::max_propagate_nan(m, logit); }
+
+/// Whether a row with maximum m has no attention: no used entry, or every logit -inf. Such a row
+/// outputs 0 with lse = +inf; a NaN maximum is not empty (it propagates).
+DSA_HOST_DEVICE DSA_FORCEINLINE bool sparse_mha_row_empty(float m) { return m == detail::bits_float(0xFF800000u); }
 
 /// One term of out = sum_j p_j v_j: fl32(p * v), never fused with the accumulation (in the fp32
 /// mode p is not a bf16 value, so an FMA would round differently on the two backends).

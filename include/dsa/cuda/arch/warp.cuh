@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "dsa/core/config.hpp"
+#include "dsa/numerics/fp32_ops.hpp"
 
 DSA_NAMESPACE_BEGIN
 namespace cuda_arch {
@@ -44,6 +45,19 @@ DSA_DEVICE DSA_FORCEINLINE T warp_reduce_max(T v, unsigned mask = full_warp_mask
     } else {
       v = o > v ? o : v;
     }
+  }
+  return v;
+}
+
+/// Maximum over each group of Width consecutive lanes that is NaN when any lane is NaN
+/// (detail::max_propagate_nan): the softmax maxima, where a dropped NaN would become "no
+/// attention". Every lane ends with the same value (NaN payloads aside).
+template <int Width = 32>
+DSA_DEVICE DSA_FORCEINLINE float warp_reduce_max_propagate_nan(float v, unsigned mask = full_warp_mask) {
+  static_assert(valid_shuffle_width<Width>, "dsa::warp_reduce_max_propagate_nan: Width must be a power of two <= 32");
+#pragma unroll
+  for (int offset = Width / 2; offset > 0; offset /= 2) {
+    v = ::dsa::detail::max_propagate_nan(v, __shfl_xor_sync(mask, v, offset, Width));
   }
   return v;
 }

@@ -76,16 +76,16 @@ DSA_DEVICE double block_sum(double v, reduce_storage<Threads>& st) {
   return total;
 }
 
-/// Max over the block of values that are never NaN (the callers skip NaN as the CPU's std::max
-/// does), so the result does not depend on the order.
+/// Max over the block, NaN if any thread's value is NaN (kl_score_max), so the result does not
+/// depend on the order.
 template <int Threads>
 DSA_DEVICE float block_max(float v, reduce_storage<Threads>& st) {
-  v = cuda_arch::warp_reduce_max(v);
+  v = cuda_arch::warp_reduce_max_propagate_nan(v);
   if (threadIdx.x % 32 == 0) st.max[threadIdx.x / 32] = v;
   __syncthreads();
   float m = st.max[0];
 #pragma unroll
-  for (int w = 1; w < Threads / 32; ++w) m = st.max[w] > m ? st.max[w] : m;
+  for (int w = 1; w < Threads / 32; ++w) m = kl_score_max(m, st.max[w]);
   __syncthreads();
   return m;
 }
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(Threads) indexer_kl_loss_kernel(const indexer_
       }
       total += hs;
       const float xj = x[j];
-      mx = xj > mx ? xj : mx;  // NaN never wins, as with the CPU's std::max
+      mx = kl_score_max(mx, xj);
     }
     total = kl_detail::block_sum<Threads>(total, red);
     mx = kl_detail::block_max<Threads>(mx, red);
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(Threads) indexer_kl_loss_kernel(const indexer_
     sum_exp = kl_detail::block_sum<Threads>(sum_exp, red);
     const kl_softmax_stats st = kl_make_softmax_stats(mx, static_cast<float>(sum_exp));
     const float row_total = static_cast<float>(total);
-    const bool has_mass = row_total > 0.0f;
+    const bool has_mass = kl_row_has_mass(row_total);
 
     // C: loss terms and gradients.
     double loss = 0.0;

@@ -4,7 +4,7 @@
 //   pass 1  every used entry's logit (sparse_mha_logit: one thread per entry, the dot in the
 //           CPU's ascending order; bf16 products are exact in fp32, so an FMA rounds as the CPU's
 //           multiply-add), into shared memory; the row maximum by block reduction
-//           (sparse_mha_row_max reproduces the CPU loop's std::max, NaN rule included);
+//           (sparse_mha_max propagates NaN whatever the order: the CPU loop's value);
 //   pass 2  e_j = sparse_mha_exp(logit_j - m) in parallel, then their fp32 sum by one thread in
 //           entry order (the CPU's order, so the same bits);
 //   pass 3  p_j = sparse_mha_prob(e_j, sum), and out[c] = sum_j p_j v[j, c] by one thread per
@@ -26,7 +26,6 @@
 
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <cstdint>
 
 #include "dsa/core/config.hpp"
@@ -74,10 +73,7 @@ __global__ void __launch_bounds__(Threads) sparse_mha_kernel(const sparse_mha_pa
   __shared__ float s_val[chunk];          // logits, then exponentials, then probabilities
   __shared__ std::int32_t s_row[chunk];   // the entry's key row, or -1 when unused
   __shared__ float s_wmax[warps];
-  __shared__ std::int32_t s_wfirst[warps];
   __shared__ float s_max;
-  __shared__ std::int32_t s_first;
-  __shared__ bool s_first_nan;
   __shared__ float s_sum;
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -92,7 +88,7 @@ __global__ void __launch_bounds__(Threads) sparse_mha_kernel(const sparse_mha_pa
 
     // The logits of entries [c0, c0 + cn) into this thread's slots (jj = tid, tid + Threads, ...).
     // Returns nothing; s_row marks unused entries with -1.
-    auto fill_logits = [&](index_t c0, index_t cn, float& local_max, index_t& local_first, bool& first_nan) {
+    auto fill_logits = [&](index_t c0, index_t cn, float& local_max) {
       for (index_t jj = tid; jj < cn; jj += Threads) {
         const std::int32_t r = idx[c0 + jj];
         if (!sparse_mha_index_valid(r, p.n)) {
@@ -104,11 +100,7 @@ __global__ void __launch_bounds__(Threads) sparse_mha_kernel(const sparse_mha_pa
                                          p.d_rope, p.scale, p.rounding);
         s_val[jj] = l;
         s_row[jj] = r;
-        local_max = fmaxf(local_max, l);
-        if (c0 + jj < local_first) {
-          local_first = c0 + jj;
-          first_nan = l != l;
-        }
+        local_max = sparse_mha_max(local_max, l);
       }
     };
 
@@ -116,44 +108,27 @@ __global__ void __launch_bounds__(Threads) sparse_mha_kernel(const sparse_mha_pa
 
     // Pass 1: logits and the row maximum.
     float local_max = -__int_as_float(0x7F800000);  // -inf
-    index_t local_first = INT64_MAX;
-    bool first_nan = false;
     for (index_t c = 0; c < nchunks; ++c) {
       const index_t c0 = c * chunk;
       const index_t cn = p.k - c0 < chunk ? p.k - c0 : chunk;
       // Each thread rewrites only its own slots, so chunks need no barrier between them here.
-      fill_logits(c0, cn, local_max, local_first, first_nan);
+      fill_logits(c0, cn, local_max);
     }
     {
-      const float wmax = cuda_arch::warp_reduce_max(local_max);
-      const std::int32_t my_first = local_first < INT_MAX ? static_cast<std::int32_t>(local_first) : INT_MAX;
-      const std::int32_t wfirst = cuda_arch::warp_reduce_min(my_first);
-      if (tid % 32 == 0) {
-        s_wmax[tid / 32] = wmax;
-        s_wfirst[tid / 32] = wfirst;
-      }
+      const float wmax = cuda_arch::warp_reduce_max_propagate_nan(local_max);
+      if (tid % 32 == 0) s_wmax[tid / 32] = wmax;
       __syncthreads();
       if (tid == 0) {
         float m = s_wmax[0];
-        std::int32_t f = s_wfirst[0];
-        for (int w = 1; w < warps; ++w) {
-          m = fmaxf(m, s_wmax[w]);
-          f = s_wfirst[w] < f ? s_wfirst[w] : f;
-        }
+        for (int w = 1; w < warps; ++w) m = sparse_mha_max(m, s_wmax[w]);
         s_max = m;
-        s_first = f;
-        s_first_nan = false;
       }
       __syncthreads();
-      // Entry numbers are below 2^31 (indices.extent(1) is an int32 count in practice; a row
-      // longer than that is not a real top-k), so the owner of the first used entry is unique.
-      if (s_first != INT_MAX && local_first == s_first) s_first_nan = first_nan;
-      __syncthreads();
     }
-    const float m = sparse_mha_row_max(s_max, s_first_nan);
+    const float m = s_max;
     bf16* o = p.out + t * p.out_stride0 + hh * p.out_stride1;
-    if (s_first == INT_MAX || !(m > -__int_as_float(0x7F800000))) {
-      // No used entry, or the CPU's maximum is NaN or -inf: out = 0, lse = +inf.
+    if (sparse_mha_row_empty(m)) {
+      // No used entry, or every logit -inf: out = 0, lse = +inf (a NaN maximum propagates).
       for (index_t c = tid; c < p.d_v; c += Threads) o[c] = bf16(0.0f);
       if (p.lse != nullptr && tid == 0) p.lse[t * p.lse_stride0 + hh * p.lse_stride1] = __int_as_float(0x7F800000);
       continue;  // uniform: every thread read the same shared values
@@ -166,10 +141,8 @@ __global__ void __launch_bounds__(Threads) sparse_mha_kernel(const sparse_mha_pa
       const index_t cn = p.k - c0 < chunk ? p.k - c0 : chunk;
       if (!resident) {
         float lm = 0.0f;
-        index_t lf = 0;
-        bool fnan = false;
         __syncthreads();  // thread 0 has summed the previous chunk
-        fill_logits(c0, cn, lm, lf, fnan);
+        fill_logits(c0, cn, lm);
       }
       for (index_t jj = tid; jj < cn; jj += Threads) {
         // Unused entries add +0: x + 0 == x for every x the sum (from +0, of values >= +0 or
@@ -203,10 +176,8 @@ __global__ void __launch_bounds__(Threads) sparse_mha_kernel(const sparse_mha_pa
         const index_t cn = p.k - c0 < chunk ? p.k - c0 : chunk;
         if (!resident) {
           float lm = 0.0f;
-          index_t lf = 0;
-          bool fnan = false;
           __syncthreads();  // every thread is done with the previous chunk's probabilities
-          fill_logits(c0, cn, lm, lf, fnan);
+          fill_logits(c0, cn, lm);
           for (index_t jj = tid; jj < cn; jj += Threads) {
             if (s_row[jj] >= 0) s_val[jj] = sparse_mha_prob(sparse_mha_exp(s_val[jj] - m), sum, p.rounding);
           }

@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(sparse_mla_threads, sparse_mla_min_blocks)
       for (int i = 0; i < 2; ++i) {
         const int r = 2 * warp + i;
         const float x = sl[r * T + lane];
-        const float a = online_softmax_rescale(st[i], cuda_arch::warp_reduce_max(x));
+        const float a = online_softmax_rescale(st[i], cuda_arch::warp_reduce_max_propagate_nan(x));
         const float w = online_softmax_weight(st[i], x);
         st[i].sum += cuda_arch::warp_reduce_sum(w);
         sl[r * T + lane] = w;  // each lane rewrites only the value it read

@@ -71,9 +71,10 @@ template <>
 class transformer<cuda_backend> {
  public:
   /// Opens a checkpoint directory (config.json + safetensors) and copies its weights to the
-  /// current device; `num_layers` as weights::load.
-  static transformer load(const std::filesystem::path& dir, cuda_backend be = {}, index_t num_layers = -1) {
-    return transformer(weights::load(dir, num_layers), be);
+  /// current device; `num_layers` and `check` as weights::load.
+  static transformer load(const std::filesystem::path& dir, cuda_backend be = {}, index_t num_layers = -1,
+                          weight_check check = weight_check::finite) {
+    return transformer(weights::load(dir, num_layers, check), be);
   }
 
   /// Takes the host weights (kept for weights() and the derived decode weights) and uploads
