@@ -65,9 +65,9 @@ struct sparse_mla_config {
 namespace detail {
 
 // sparse_mla_workspace(s, h, d_v, num_splits).bytes (s, h >= 0, d_v >= 1, num_splits in
-// [1, sparse_mla_max_splits]) after checking, with overflow-checked arithmetic on the same
-// formula, that every quantity of the layout fits index_t; otherwise throws dsa::error naming `op`
-// and the four arguments (`names`).
+// [1, sparse_mla_max_splits]), computed with overflow-checked arithmetic on the same formula:
+// a quantity of the layout that does not fit index_t throws dsa::error naming `op` and the four
+// arguments (`names`).
 inline index_t sparse_mla_workspace_bytes(std::string_view op, std::string_view names, index_t s, index_t h,
                                           index_t d_v, index_t num_splits) {
   if (num_splits <= 1) return 0;
@@ -84,8 +84,7 @@ inline index_t sparse_mla_workspace_bytes(std::string_view op, std::string_view 
   auto mul = [&](index_t a, index_t b) { return checked_mul(a, b, op, names, values, expected); };
   const index_t states = mul(mul(num_splits, s), h);
   const index_t acc_offset = checked_round_up(mul(states, index_t{8}), index_t{16}, op, names, values, expected);
-  checked_add(acc_offset, mul(mul(states, d_v), index_t{4}), op, names, values, expected);
-  return sparse_mla_workspace(s, h, d_v, num_splits).bytes;
+  return checked_add(acc_offset, mul(mul(states, d_v), index_t{4}), op, names, values, expected);
 }
 
 }  // namespace detail
