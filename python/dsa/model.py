@@ -1,0 +1,139 @@
+"""The reference DeepSeek-V3.2 forward pass and dsa_validate's golden replays, from Python."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from . import _arrays as A
+from . import _core
+
+Sequence = _core.Sequence
+
+
+def _path(p: Any, op: str, name: str) -> str:
+    try:
+        return os.fspath(p)
+    except TypeError:
+        raise A.Error(f"dsa::{op}: {name} = an object of type {type(p).__name__}; expected a path") from None
+
+
+def _tokens(tokens: Any) -> Any:
+    if isinstance(tokens, (int, np.integer)):
+        return np.array([int(tokens)], dtype=np.int64)
+    if isinstance(tokens, (list, tuple, range)):
+        return np.asarray(tokens, dtype=np.int64)
+    if A.is_torch(tokens):
+        return tokens.detach().cpu().numpy()
+    return tokens
+
+
+class Transformer:
+    """The reference DeepSeek-V3.2 forward pass (``dsa::model::transformer`` on the CPU backend).
+
+    ::
+
+        m = dsa.Transformer.load("models/tiny-random", threads=2)
+        seq = m.new_sequence(64)
+        logits = m.forward(seq, [1, 2, 3])     # prefill: float32 logits [vocab] of the last token
+        logits = m.forward(seq, [int(logits.argmax())])   # decode one token
+        m.phase_times                          # seconds per phase: indexer, topk, attention, moe, other
+    """
+
+    def __init__(self, impl: Any) -> None:
+        self._impl = impl
+
+    @classmethod
+    def load(cls, dir: Any, threads: Optional[int] = None, num_layers: Optional[int] = None) -> "Transformer":
+        """Opens a checkpoint directory (config.json + *.safetensors in the Hugging Face layout of
+        deepseek-ai/DeepSeek-V3.2, FP8 or bf16 weights); ``num_layers`` runs only the first layers."""
+        op = "Transformer.load"
+        impl = _core.Transformer.load(_path(dir, op, "dir"), A.threads_arg(op, threads),
+                                      -1 if num_layers is None else int(num_layers))
+        return cls(impl)
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """The model's config.json as a dict."""
+        return json.loads(self._impl.config_json)
+
+    @property
+    def num_layers(self) -> int:
+        return self._impl.num_layers
+
+    @property
+    def threads(self) -> int:
+        return self._impl.threads
+
+    def new_sequence(self, max_tokens: int) -> Sequence:
+        """A new, empty sequence (its KV caches) of up to ``max_tokens`` tokens (<=
+        max_position_embeddings)."""
+        return self._impl.new_sequence(int(max_tokens))
+
+    def forward(self, seq: Sequence, tokens: Any, *, max_chunk: int = 4096, trace: bool = False):
+        """Appends ``tokens`` (ints, a list, or an int32/int64 array) to ``seq`` and returns the
+        float32 logits [vocab] of the last one. More than one token runs the MHA prefill path
+        (in chunks of ``max_chunk``), one token the absorbed MQA decode path. With ``trace`` it
+        returns ``(logits, layers)``: per layer and chunk a dict with the layer index, the chunk's
+        start position, the indexer's ``topk`` [t, k] int32, the routed ``experts`` [t, top_k]
+        int32, and the bf16 bits (uint16) of ``ffn_out`` and ``residual`` [t, hidden]. The GIL is
+        released while it runs; calls on one Transformer run one at a time."""
+        return self._impl.forward(seq, _tokens(tokens), int(max_chunk), bool(trace))
+
+    @property
+    def phase_times(self) -> Dict[str, float]:
+        """Wall seconds spent per phase by every forward call so far (indexer, topk, attention,
+        moe, other, total)."""
+        return self._impl.phase_times
+
+    def reset_phase_times(self) -> None:
+        self._impl.reset_phase_times()
+
+
+_GOLDEN_DTYPES = {"F32": np.float32, "I32": np.int32, "I64": np.int64, "F8_E4M3": np.uint8, "U8": np.uint8}
+
+
+def _arrays(outputs: Dict[str, Any]) -> Dict[str, np.ndarray]:
+    res = {}
+    for name, t in outputs.items():
+        if t["dtype"] == "BF16":
+            a = np.frombuffer(t["data"], dtype=np.uint16)
+            if A.has_ml_dtypes():
+                a = a.view(A._NP_BF16)
+        else:
+            a = np.frombuffer(t["data"], dtype=_GOLDEN_DTYPES.get(t["dtype"], np.uint8))
+        res[name] = a.reshape(t["shape"])
+    return res
+
+
+def validate(file: Any, *, threads: Optional[int] = None) -> Dict[str, Any]:
+    """Runs every case group of a golden-format safetensors file (docs/validation.md: hadamard,
+    hadamard_f32, act_quant, weight_quant, indexer, topk, sparse_mla, kl_dense, kl_sparse) through
+    dsa's ops, exactly as ``dsa_validate FILE`` does, and returns the report::
+
+        {"file", "backend", "pass", "passed", "failed", "errors", "unknown_groups",
+         "groups": [{"name", "pass", "error" (None, or why the group could not run),
+                     "comparisons": [{"tensor", "metric", "max_error", "tolerance", "pass"}],
+                     "outputs": {expected-tensor name: computed array}}]}
+    """
+    op = "validate"
+    report = _core.validate(_path(file, op, "file"), A.threads_arg(op, threads))
+    for g in report["groups"]:
+        g["outputs"] = _arrays(g["outputs"])
+    return report
+
+
+def validate_model(dir: Any, *, threads: Optional[int] = None, max_chunk: int = 4096) -> Dict[str, Any]:
+    """Replays a golden model directory (config.json, the checkpoint, expected.safetensors) under
+    the golden criteria, as ``dsa_validate --model DIR``: teacher-forced decode steps, per-step
+    logits cosine >= 0.99, argmax agreeing on all steps but one, per-layer prefill top-k set
+    agreement >= 98%. Returns ``{"model", "backend", "pass", "passed", "failed", "checks":
+    [{"tensor", "metric", "max_error", "tolerance", "pass"}], "cosines", "argmax_match",
+    "argmax_got", "argmax_want", "topk_agreement", "diagnostics", "outputs"}``."""
+    op = "validate_model"
+    report = _core.validate_model(_path(dir, op, "dir"), A.threads_arg(op, threads), int(max_chunk))
+    report["outputs"] = _arrays(report["outputs"])
+    return report

@@ -1,0 +1,193 @@
+// dsa.Transformer (the reference DeepSeek-V3.2 forward pass, dsa::model::transformer on the CPU
+// backend), dsa.Sequence, and dsa.validate_model (dsa_validate's golden model replay,
+// tools/validate/model_replay.hpp, returning the report as data).
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "dsa/model/transformer.hpp"
+#include "results.hpp"
+#include "validate/model_cases.hpp"
+
+namespace dsa_py {
+namespace {
+
+using cpu_transformer = dsa::model::transformer<dsa::cpu_backend>;
+
+/// A transformer and the lock that keeps its forward calls one at a time (the GIL is released
+/// while they run, and a transformer's phase times and decode weights are per instance).
+struct py_transformer {
+  cpu_transformer model;
+  std::mutex mutex;
+  explicit py_transformer(cpu_transformer m) : model(std::move(m)) {}
+};
+
+template <class T>
+nb::ndarray<nb::numpy, T> numpy_of(std::vector<T>&& v, std::initializer_list<size_t> shape) {
+  auto* owned = new std::vector<T>(std::move(v));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T>(owned->data(), shape, owner);
+}
+
+/// One layer's trace, copied out of the observer's views (valid during the call only).
+struct trace_copy {
+  dsa::index_t layer = 0, start = 0, rows = 0, k = 0, hidden = 0, experts_per_token = 0;
+  std::vector<std::int32_t> topk, experts;
+  std::vector<std::uint16_t> ffn_out, residual;  // bf16 bits
+};
+
+template <class T, class U>
+void copy_rows(const dsa::host_view<const T, 2>& v, std::vector<U>& dst) {
+  static_assert(sizeof(T) == sizeof(U));
+  const dsa::index_t r = v.extent(0), c = v.extent(1);
+  dst.resize(static_cast<std::size_t>(r * c));
+  for (dsa::index_t i = 0; i < r; ++i) {
+    if (c > 0) std::memcpy(&dst[static_cast<std::size_t>(i * c)], v.row(i), sizeof(T) * static_cast<std::size_t>(c));
+  }
+}
+
+std::vector<std::int64_t> token_vector(nb::handle tokens) {
+  constexpr std::string_view op = "Transformer.forward";
+  const ro_array a = input_array(tokens, op, "tokens");
+  std::vector<std::int64_t> ids;
+  if (dt::i64(a.dtype())) {
+    const auto v = view_of<const std::int64_t, 1>(a, op, "tokens");
+    ids.assign(v.data_handle(), v.data_handle() + v.extent(0));
+  } else if (dt::i32(a.dtype())) {
+    const auto v = view_of<const std::int32_t, 1>(a, op, "tokens");
+    ids.assign(v.data_handle(), v.data_handle() + v.extent(0));
+  } else {
+    dsa::fail(op, "tokens.dtype", dtype_name(a.dtype()), "int64 or int32 token ids");
+  }
+  return ids;
+}
+
+nb::object forward(py_transformer& t, dsa::model::sequence& seq, nb::handle tokens, dsa::index_t max_chunk,
+                   bool trace) {
+  const std::vector<std::int64_t> ids = token_vector(tokens);
+  std::vector<trace_copy> traces;
+  dsa::model::forward_options opt;
+  opt.max_chunk = max_chunk;
+  if (trace) {
+    opt.observer = [&](const dsa::model::layer_trace& tr) {
+      trace_copy c;
+      c.layer = tr.layer;
+      c.start = tr.start;
+      c.rows = tr.topk.extent(0);
+      c.k = tr.topk.extent(1);
+      c.hidden = tr.ffn_out.extent(1);
+      c.experts_per_token = tr.experts.extent(1);
+      copy_rows(tr.topk, c.topk);
+      copy_rows(tr.experts, c.experts);
+      copy_rows(tr.ffn_out, c.ffn_out);
+      copy_rows(tr.residual, c.residual);
+      traces.push_back(std::move(c));
+    };
+  }
+  std::vector<float> logits;
+  {
+    nogil release;
+    std::lock_guard<std::mutex> lock(t.mutex);
+    logits = t.model.forward(seq, std::span<const std::int64_t>(ids), opt);
+  }
+  const size_t vocab = logits.size();
+  nb::object out = nb::cast(numpy_of(std::move(logits), {vocab}));
+  if (!trace) return out;
+  nb::list layers;
+  for (trace_copy& c : traces) {
+    nb::dict d;
+    d["layer"] = c.layer;
+    d["start"] = c.start;
+    const auto rows = static_cast<size_t>(c.rows);
+    d["topk"] = numpy_of(std::move(c.topk), {rows, static_cast<size_t>(c.k)});
+    d["experts"] = numpy_of(std::move(c.experts), {c.experts_per_token ? rows : 0, static_cast<size_t>(c.experts_per_token)});
+    d["ffn_out"] = numpy_of(std::move(c.ffn_out), {rows, static_cast<size_t>(c.hidden)});
+    d["residual"] = numpy_of(std::move(c.residual), {rows, static_cast<size_t>(c.hidden)});
+    layers.append(d);
+  }
+  return nb::make_tuple(out, layers);
+}
+
+nb::dict phase_times(const py_transformer& t) {
+  const auto& p = t.model.phase_times();
+  nb::dict d;
+  d["indexer"] = p.indexer;
+  d["topk"] = p.topk;
+  d["attention"] = p.attention;
+  d["moe"] = p.moe;
+  d["other"] = p.other;
+  d["total"] = p.total();
+  return d;
+}
+
+nb::dict validate_model(const std::string& dir, int threads, dsa::index_t max_chunk) {
+  const auto be = cpu_backend(threads, "validate_model");
+  dsa_validate::model_case_result r;
+  {
+    nogil release;
+    r = dsa_validate::run_model_case(be, std::filesystem::path(dir), max_chunk);
+  }
+  nb::dict d;
+  d["model"] = dir;
+  d["backend"] = cpu_description(be);
+  d["checks"] = comparison_list(r.result.comparisons);
+  d["cosines"] = nb::cast(r.cosines);
+  d["argmax_match"] = nb::cast(r.argmax_match);
+  d["argmax_got"] = nb::cast(r.argmax_got);
+  d["argmax_want"] = nb::cast(r.argmax_want);
+  d["topk_agreement"] = nb::cast(r.topk_agreement);
+  d["diagnostics"] = nb::cast(r.diagnostics);
+  d["outputs"] = output_dict(r.result.outputs);
+  int passed = 0, failed = 0;
+  for (const auto& c : r.result.comparisons) (c.pass ? passed : failed) += 1;
+  d["passed"] = passed;
+  d["failed"] = failed;
+  d["pass"] = r.result.pass();
+  return d;
+}
+
+}  // namespace
+
+void bind_model(nb::module_& m) {
+  nb::class_<dsa::model::sequence>(m, "Sequence",
+                                   "The KV caches of one sequence of tokens (Transformer.new_sequence).")
+      .def_prop_ro("length", &dsa::model::sequence::length, "Tokens processed so far (the next token's position).")
+      .def_prop_ro("max_tokens", &dsa::model::sequence::max_tokens, "The most tokens this sequence may hold.")
+      .def_prop_ro("cache_bytes", &dsa::model::sequence::cache_bytes, "Cache bytes allocated.")
+      .def("reset", &dsa::model::sequence::reset, "Forgets every token; the sequence restarts at position 0.");
+
+  nb::class_<py_transformer>(m, "Transformer")
+      .def_static(
+          "load",
+          [](const std::string& dir, int threads, dsa::index_t num_layers) {
+            const auto be = cpu_backend(threads, "Transformer.load");
+            std::unique_ptr<py_transformer> t;
+            {
+              nogil release;
+              t = std::make_unique<py_transformer>(cpu_transformer::load(std::filesystem::path(dir), be, num_layers));
+            }
+            return t.release();
+          },
+          nb::arg("dir"), nb::arg("threads"), nb::arg("num_layers"), nb::rv_policy::take_ownership)
+      .def_prop_ro("config_json", [](const py_transformer& t) { return t.model.config().to_json().dump(); })
+      .def_prop_ro("num_layers", [](const py_transformer& t) { return t.model.num_layers(); })
+      .def_prop_ro("threads", [](const py_transformer& t) { return dsa::cpu_detail::thread_count(t.model.backend()); })
+      .def("new_sequence", [](const py_transformer& t, dsa::index_t max_tokens) { return t.model.new_sequence(max_tokens); },
+           nb::arg("max_tokens"))
+      .def("forward", &forward, nb::arg("seq"), nb::arg("tokens"), nb::arg("max_chunk"), nb::arg("trace"))
+      .def_prop_ro("phase_times", &phase_times)
+      .def("reset_phase_times", [](py_transformer& t) {
+        std::lock_guard<std::mutex> lock(t.mutex);
+        t.model.reset_phase_times();
+      });
+
+  m.def("validate_model", &validate_model, nb::arg("dir"), nb::arg("threads"), nb::arg("max_chunk"));
+}
+
+}  // namespace dsa_py
