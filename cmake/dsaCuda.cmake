@@ -3,9 +3,16 @@
 include_guard(GLOBAL)
 
 # Hopper first (the V3.2 kernels' home), Ampere as the widest deployed target. Set before
-# enable_language, which would otherwise pick nvcc's default (sm_75 for CUDA 13).
+# enable_language, which would otherwise pick nvcc's default (sm_75 for CUDA 13). A build of the
+# Python binding alone (`pip install .` with DSA_ENABLE_CUDA=ON: no tests, tools or benchmarks)
+# defaults to sm_90 only, which halves its nvcc time; CMAKE_CUDA_ARCHITECTURES or CUDAARCHS
+# choose others (docs/python.md).
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
-  set(CMAKE_CUDA_ARCHITECTURES "90;80" CACHE STRING "CUDA architectures to build dsa's CUDA targets for")
+  if(DSA_BUILD_PYTHON AND NOT DSA_BUILD_TESTS AND NOT DSA_BUILD_TOOLS AND NOT DSA_BUILD_BENCH)
+    set(CMAKE_CUDA_ARCHITECTURES "90" CACHE STRING "CUDA architectures to build dsa's CUDA targets for")
+  else()
+    set(CMAKE_CUDA_ARCHITECTURES "90;80" CACHE STRING "CUDA architectures to build dsa's CUDA targets for")
+  endif()
 endif()
 # CMake does not look in the toolkit's default prefix unless nvcc is on PATH or CUDACXX is set.
 if(NOT DEFINED CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS "/usr/local/cuda/bin/nvcc")

@@ -1,15 +1,17 @@
 """dsa: DeepSeek Sparse Attention primitives and the reference DeepSeek-V3.2 forward pass.
 
 Every op takes and returns arrays through DLPack: NumPy arrays and PyTorch tensors (CPU; CUDA
-tensors too in a build with CUDA), allocating outputs in the inputs' framework when ``out=`` is not
-given and writing into ``out=`` in place when it is. ``threads=`` sets the CPU thread count of one
-call (``dsa.set_num_threads`` the default; 0 = every hardware thread). The GIL is released while
-an op runs. Every error is a ``dsa.Error`` (a ``ValueError``) with the C++ library's message.
-See docs/python.md.
+tensors too in a build with CUDA, see ``dsa.built_with_cuda()``), allocating outputs in the
+inputs' framework and on their device when ``out=`` is not given and writing into ``out=`` in
+place when it is. ``threads=`` sets the CPU thread count of one call (``dsa.set_num_threads`` the
+default; 0 = every hardware thread); ``stream=`` the CUDA stream of a call on CUDA arrays (torch's
+current stream by default). The GIL is released while an op runs. Every error is a ``dsa.Error``
+(a ``ValueError``) with the C++ library's message. See docs/python.md.
 """
 
 from . import _core
-from ._arrays import Error, causal_ranges, get_num_threads, has_ml_dtypes, set_num_threads
+from ._arrays import (Error, built_with_cuda, causal_ranges, cuda_available, cuda_device_count, get_num_threads,
+                      has_ml_dtypes, set_num_threads)
 from .attention import sparse_mha_attention, sparse_mla_attention
 from .dense import (add_rms_norm, fp8_linear, layer_norm, linear, moe_combine, moe_route, rms_norm, rope_apply,
                     swiglu)
@@ -22,19 +24,20 @@ from .quant import (act_dequant, act_quant, hadamard_transform, indexer_cache_pa
 
 __version__ = _core.__version__
 
-#: Whether this build has the CUDA paths (DSA_ENABLE_CUDA=ON at build time).
+#: Whether this build has the CUDA paths (DSA_ENABLE_CUDA=ON at build time); as built_with_cuda().
 has_cuda = bool(_core.has_cuda_build)
 
 sparse_mla_attention_workspace_size = _core.sparse_mla_attention_workspace_size
 sparse_mla_attention_num_splits = _core.sparse_mla_attention_num_splits
 
 __all__ = [
-    "Error", "Sequence", "Transformer", "act_dequant", "act_quant", "add_rms_norm", "causal_ranges", "fp8_linear",
-    "gather_rows", "get_num_threads", "hadamard_transform", "has_cuda", "has_ml_dtypes", "indexer_cache_pack",
-    "indexer_cache_unpack", "indexer_kl_loss_dense", "indexer_kl_loss_sparse", "kv_cache_fp8_pack",
-    "kv_cache_fp8_unpack", "layer_norm", "lightning_indexer_backward", "lightning_indexer_scores",
-    "lightning_indexer_scores_paged", "lightning_indexer_weights", "linear", "moe_combine", "moe_route", "rms_norm",
-    "rope_apply", "set_num_threads", "sparse_mha_attention", "sparse_mla_attention",
-    "sparse_mla_attention_num_splits", "sparse_mla_attention_workspace_size", "swiglu", "topk_indices",
-    "topk_indices_paged", "validate", "validate_model", "weight_dequant", "weight_quant",
+    "Error", "Sequence", "Transformer", "act_dequant", "act_quant", "add_rms_norm", "built_with_cuda",
+    "causal_ranges", "cuda_available", "cuda_device_count", "fp8_linear", "gather_rows", "get_num_threads",
+    "hadamard_transform", "has_cuda", "has_ml_dtypes", "indexer_cache_pack", "indexer_cache_unpack",
+    "indexer_kl_loss_dense", "indexer_kl_loss_sparse", "kv_cache_fp8_pack", "kv_cache_fp8_unpack", "layer_norm",
+    "lightning_indexer_backward", "lightning_indexer_scores", "lightning_indexer_scores_paged",
+    "lightning_indexer_weights", "linear", "moe_combine", "moe_route", "rms_norm", "rope_apply", "set_num_threads",
+    "sparse_mha_attention", "sparse_mla_attention", "sparse_mla_attention_num_splits",
+    "sparse_mla_attention_workspace_size", "swiglu", "topk_indices", "topk_indices_paged", "validate",
+    "validate_model", "weight_dequant", "weight_quant",
 ]

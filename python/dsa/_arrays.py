@@ -1,9 +1,11 @@
 """Arrays between the user and dsa._core: frameworks, dtypes, allocation and ``out=``.
 
-dsa's compiled functions take every array through DLPack (or the buffer protocol) and check
-dtype, rank, device and layout themselves. This module does what they cannot: allocate outputs in
-the framework and on the device of the inputs (NumPy or PyTorch), map the element types NumPy has
-no native dtype for (bfloat16, float8_e4m3fn), and check ``out=`` arguments.
+dsa's compiled functions take every array through DLPack (or the buffer protocol, or
+``__cuda_array_interface__``) and check dtype, rank, device and layout themselves. This module
+does what they cannot: allocate outputs in the framework and on the device of the inputs (NumPy
+or PyTorch), pick the CUDA stream of a call on CUDA arrays (``stream=``, else torch's current
+stream), map the element types NumPy has no native dtype for (bfloat16, float8_e4m3fn), and check
+``out=`` arguments.
 
 Element types, by name:
 
@@ -77,6 +79,119 @@ def is_torch(a: Any) -> bool:
 
 def has_ml_dtypes() -> bool:
     return _ml_dtypes is not None
+
+
+# ---- devices and streams ----------------------------------------------------------------------------
+
+_DLPACK_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+def is_cuda(a: Any) -> bool:
+    """Whether `a` is an array in CUDA memory (a torch CUDA tensor, a DLPack producer on a CUDA
+    device, or an object with ``__cuda_array_interface__``)."""
+    if a is None or isinstance(a, np.ndarray):
+        return False
+    if is_torch(a):
+        return a.is_cuda
+    dev = getattr(a, "__dlpack_device__", None)
+    if dev is not None:
+        try:
+            return int(dev()[0]) in _DLPACK_CUDA
+        except Exception:  # the import in _core reports what is wrong with it
+            return False
+    return hasattr(a, "__cuda_array_interface__")
+
+
+def stream_handle(op: str, stream: Any) -> int:
+    """The integer cudaStream_t of a ``stream=`` argument: an int, a ``torch.cuda.Stream``
+    (``.cuda_stream``), an object with ``__cuda_stream__`` (the CUDA stream protocol) or a CuPy
+    stream (``.ptr``); None is 0, the legacy default stream."""
+    if stream is None:
+        return 0
+    if not isinstance(stream, bool) and isinstance(stream, (int, np.integer)):
+        if int(stream) < 0:
+            raise Error(f"dsa::{op}: stream = {stream!r}; expected a cudaStream_t handle >= 0")
+        return int(stream)
+    handle = getattr(stream, "cuda_stream", None)
+    if isinstance(handle, int):
+        return handle
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        return int(proto()[1])
+    handle = getattr(stream, "ptr", None)
+    if isinstance(handle, int):
+        return handle
+    raise Error(f"dsa::{op}: stream = {stream!r}; expected None, an integer cudaStream_t or a stream object "
+                "(torch.cuda.Stream, __cuda_stream__, CuPy's .ptr)")
+
+
+class _Launch:
+    """``with launch(...) as stream:`` -- the stream handle for _core, and for torch tensors that
+    stream made torch's current stream for the block, so that outputs, workspaces and default
+    arguments allocated (or copied) in the block are ordered on the stream the op runs on."""
+
+    __slots__ = ("stream", "_ctx")
+
+    def __init__(self, stream: int, ctx: Any = None):
+        self.stream = stream
+        self._ctx = ctx
+
+    def __enter__(self) -> int:
+        if self._ctx is not None:
+            self._ctx.__enter__()
+        return self.stream
+
+    def __exit__(self, *exc: Any) -> Any:
+        if self._ctx is not None:
+            return self._ctx.__exit__(*exc)
+        return None
+
+
+_ON_CPU = _Launch(0)
+
+
+def launch(op: str, first: Any, stream: Any) -> _Launch:
+    """Where a call whose first array is `first` runs. CPU arrays: the CPU backend, and
+    ``stream`` must be None. CUDA arrays (in a build with CUDA): the CUDA backend on ``stream``,
+    or, when it is None, torch's current stream of the tensor's device for torch tensors and the
+    legacy default stream (0) for other producers."""
+    if not is_cuda(first):
+        if stream is not None:
+            raise Error(f"dsa::{op}: stream = {stream!r}; expected None: the arrays are in CPU memory "
+                        "(streams are for CUDA arrays)")
+        return _ON_CPU
+    if not _core.has_cuda_build:
+        return _ON_CPU  # _core rejects the CUDA array, saying this build runs the CPU backend only
+    if not is_torch(first):
+        return _Launch(stream_handle(op, stream))
+    torch = _torch()
+    device = first.device
+    if stream is None:  # torch's own current stream: what torch allocates on already
+        return _Launch(torch.cuda.current_stream(device).cuda_stream)
+    if isinstance(stream, torch.cuda.Stream):
+        if stream.device != device:
+            raise Error(f"dsa::{op}: stream.device = {stream.device}; expected {device} (the arrays' device)")
+        s = stream
+    else:
+        handle = stream_handle(op, stream)
+        s = torch.cuda.default_stream(device) if handle == 0 else torch.cuda.ExternalStream(handle, device=device)
+    return _Launch(s.cuda_stream, torch.cuda.stream(s))
+
+
+def built_with_cuda() -> bool:
+    """Whether this build of dsa has the CUDA paths (built with DSA_ENABLE_CUDA=ON)."""
+    return bool(_core.has_cuda_build)
+
+
+def cuda_device_count() -> int:
+    """The number of CUDA devices dsa sees (0 in a build without CUDA, or without a GPU or a new
+    enough driver)."""
+    return int(_core.cuda_device_count())
+
+
+def cuda_available() -> bool:
+    """Whether dsa can run ops on CUDA arrays here: built with CUDA and a device is present."""
+    return built_with_cuda() and cuda_device_count() > 0
 
 
 # ---- dtypes -------------------------------------------------------------------------------------
@@ -180,9 +295,17 @@ def core(a: Any) -> Any:
 # ---- allocation -----------------------------------------------------------------------------------
 
 
+def _no_allocation(like: Any) -> None:
+    """CUDA arrays of frameworks other than torch: dsa does not allocate in them."""
+    if not isinstance(like, np.ndarray) and not is_torch(like) and is_cuda(like):
+        raise Error(f"dsa: out = None with a CUDA array of type {type(like).__name__}; expected out= (and every "
+                    "optional array argument) given: dsa allocates only NumPy arrays and torch tensors")
+
+
 def empty(shape: Sequence[int], dtype: str, like: Any, zero: bool = False) -> Any:
     """A new array of dsa dtype `dtype` in the framework and on the device of `like`."""
     shape = tuple(int(s) for s in shape)
+    _no_allocation(like)
     if is_torch(like):
         torch = _torch()
         f = torch.zeros if zero else torch.empty
@@ -197,6 +320,7 @@ def empty(shape: Sequence[int], dtype: str, like: Any, zero: bool = False) -> An
 def empty_like_dtype(like: Any, shape: Sequence[int], same_as: Any) -> Any:
     """A new array of the same dtype object as `same_as` (so uint16 bf16 bits stay uint16)."""
     shape = tuple(int(s) for s in shape)
+    _no_allocation(like)
     if is_torch(like):
         torch = _torch()
         return torch.empty(shape, dtype=same_as.dtype, device=like.device)
@@ -239,6 +363,7 @@ def outputs(op: str, out: Any, names: Sequence[str]) -> Tuple[Any, ...]:
 def ranges_array(like: Any, m: int, n: int, causal: bool) -> Any:
     """[m, 2] int32 key ranges in the framework and on the device of `like`: causal rows (query t
     at position n - m + t sees [0, n - m + t + 1)), or every row [0, n)."""
+    _no_allocation(like)
     r = np.zeros((m, 2), dtype=np.int32)
     if causal:
         r[:, 1] = np.clip(np.arange(n - m + 1, n + 1, dtype=np.int64), 0, n)

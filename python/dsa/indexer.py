@@ -12,6 +12,13 @@ def _ranges(op: str, ranges: Any, like: Any, m: int, n: int, causal: bool) -> An
     return A.ranges_array(like, m, n, causal) if ranges is None else ranges
 
 
+def _kl_workspace(attn: Any, size_fn: Any, *shape: int) -> Any:
+    """The KL losses' workspace on the CUDA backend (which needs one; the CPU backend does not)."""
+    if not (A.is_cuda(attn) and _core.has_cuda_build):
+        return None
+    return A.empty((size_fn(*shape),), "uint8", attn)
+
+
 def _ones(like: Any, n: int) -> Any:
     a = A.empty((n,), "float32", like)
     a[...] = 1
@@ -19,7 +26,7 @@ def _ones(like: Any, n: int) -> Any:
 
 
 def lightning_indexer_scores(q: Any, w: Any, k: Any, k_scale: Any = None, ranges: Any = None, *, out: Any = None,
-                             threads: Optional[int] = None) -> Any:
+                             threads: Optional[int] = None, stream: Any = None) -> Any:
     """Index scores ``I[t, s] = k_scale[s] * sum_h w[t, h] * relu(q[t, h] . k[s])``.
 
     q [m, H, d] and k [n, d] are both float8_e4m3fn (inference) or both float32 (training);
@@ -29,20 +36,22 @@ def lightning_indexer_scores(q: Any, w: Any, k: Any, k_scale: Any = None, ranges
     after the head sum; -inf outside each row's range. Returns scores [m, n] float32.
     """
     op = "lightning_indexer_scores"
-    (scores,) = A.outputs(op, out, ("scores",))
-    m, n = A.dim(q, op, "q", 3, 0), A.dim(k, op, "k", 2, 0)
-    if scores is None:
-        scores = A.empty((m, n), "float32", q)
-    if k_scale is None:
-        k_scale = _ones(q, n)
-    ranges = _ranges(op, ranges, q, m, n, True)
-    _core.lightning_indexer_scores(A.core(q), A.core(w), A.core(k), A.core(k_scale), A.core(ranges), A.core(scores),
-                                   A.threads_arg(op, threads))
+    with A.launch(op, q, stream) as st:
+        (scores,) = A.outputs(op, out, ("scores",))
+        m, n = A.dim(q, op, "q", 3, 0), A.dim(k, op, "k", 2, 0)
+        if scores is None:
+            scores = A.empty((m, n), "float32", q)
+        if k_scale is None:
+            k_scale = _ones(q, n)
+        ranges = _ranges(op, ranges, q, m, n, True)
+        _core.lightning_indexer_scores(A.core(q), A.core(w), A.core(k), A.core(k_scale), A.core(ranges), A.core(scores),
+                                       A.threads_arg(op, threads), st)
     return scores
 
 
 def lightning_indexer_scores_paged(q: Any, w: Any, cache: Any, block_table: Any, block_size: int, ranges: Any, *,
-                                   n: Optional[int] = None, out: Any = None, threads: Optional[int] = None) -> Any:
+                                   n: Optional[int] = None, out: Any = None, threads: Optional[int] = None,
+                                   stream: Any = None) -> Any:
     """Decode-time index scores over the paged indexer key cache.
 
     q [m, H, 128] e4m3, w [m, H] float32, cache [slots, 132] uint8 rows (indexer_cache_pack),
@@ -51,132 +60,144 @@ def lightning_indexer_scores_paged(q: Any, w: Any, cache: Any, block_table: Any,
     scores [m, n] float32, n = max_blocks * block_size unless given.
     """
     op = "lightning_indexer_scores_paged"
-    (scores,) = A.outputs(op, out, ("scores",))
-    m = A.dim(q, op, "q", 3, 0)
-    if scores is None:
-        if n is None:
-            n = A.dim(block_table, op, "block_table", 2, 1) * int(block_size)
-        scores = A.empty((m, n), "float32", q)
-    _core.lightning_indexer_scores_paged(A.core(q), A.core(w), A.core(cache), A.core(block_table), int(block_size),
-                                         A.core(ranges), A.core(scores), A.threads_arg(op, threads))
+    with A.launch(op, q, stream) as st:
+        (scores,) = A.outputs(op, out, ("scores",))
+        m = A.dim(q, op, "q", 3, 0)
+        if scores is None:
+            if n is None:
+                n = A.dim(block_table, op, "block_table", 2, 1) * int(block_size)
+            scores = A.empty((m, n), "float32", q)
+        _core.lightning_indexer_scores_paged(A.core(q), A.core(w), A.core(cache), A.core(block_table), int(block_size),
+                                             A.core(ranges), A.core(scores), A.threads_arg(op, threads), st)
     return scores
 
 
 def lightning_indexer_backward(q: Any, w: Any, k: Any, k_scale: Any, ranges: Any, grad_scores: Any, *,
                                need_q: bool = True, need_w: bool = True, need_k: bool = True, out: Any = None,
-                               threads: Optional[int] = None) -> Tuple[Any, Any, Any]:
+                               threads: Optional[int] = None, stream: Any = None) -> Tuple[Any, Any, Any]:
     """Gradients of the float32 index score w.r.t. q, w and k given ``grad_scores`` = dL/dI
     [m, n] (ReLU'(0) = 0, k_scale constant, only in-range positions carry gradient). k_scale
     None = ones, ranges None = causal. Returns ``(grad_q, grad_w, grad_k)``; a gradient with
     ``need_x=False`` is not computed and returned as None."""
     op = "lightning_indexer_backward"
-    gq, gw, gk = A.outputs(op, out, ("grad_q", "grad_w", "grad_k"))
-    qs = A.shape_of(q, op, "q")
-    m, n = A.dim(q, op, "q", 3, 0), A.dim(k, op, "k", 2, 0)
-    if gq is None and need_q:
-        gq = A.empty(qs, "float32", q)
-    if gw is None and need_w:
-        gw = A.empty(A.shape_of(w, op, "w"), "float32", q)
-    if gk is None and need_k:
-        gk = A.empty(A.shape_of(k, op, "k"), "float32", q)
-    if k_scale is None:
-        k_scale = _ones(q, n)
-    ranges = _ranges(op, ranges, q, m, n, True)
-    _core.lightning_indexer_backward(A.core(q), A.core(w), A.core(k), A.core(k_scale), A.core(ranges),
-                                     A.core(grad_scores), A.core(gq), A.core(gw), A.core(gk),
-                                     A.threads_arg(op, threads))
+    with A.launch(op, q, stream) as st:
+        gq, gw, gk = A.outputs(op, out, ("grad_q", "grad_w", "grad_k"))
+        qs = A.shape_of(q, op, "q")
+        m, n = A.dim(q, op, "q", 3, 0), A.dim(k, op, "k", 2, 0)
+        if gq is None and need_q:
+            gq = A.empty(qs, "float32", q)
+        if gw is None and need_w:
+            gw = A.empty(A.shape_of(w, op, "w"), "float32", q)
+        if gk is None and need_k:
+            gk = A.empty(A.shape_of(k, op, "k"), "float32", q)
+        if k_scale is None:
+            k_scale = _ones(q, n)
+        ranges = _ranges(op, ranges, q, m, n, True)
+        _core.lightning_indexer_backward(A.core(q), A.core(w), A.core(k), A.core(k_scale), A.core(ranges),
+                                         A.core(grad_scores), A.core(gq), A.core(gw), A.core(gk),
+                                         A.threads_arg(op, threads), st)
     return gq, gw, gk
 
 
 def lightning_indexer_weights(proj: Any, q_scale: Any, head_scale: float, dim_scale: float, *, out: Any = None,
-                              threads: Optional[int] = None) -> Any:
+                              threads: Optional[int] = None, stream: Any = None) -> Any:
     """The indexer's per-head weights as DeepSeek-V3.2 folds them:
     ``w = fl32(fl32(fl32(proj * head_scale) * q_scale) * dim_scale)``; proj, q_scale, w [m, H]
     float32 (``out=proj`` in place)."""
     op = "lightning_indexer_weights"
-    (w,) = A.outputs(op, out, ("w",))
-    if w is None:
-        w = A.empty(A.shape_of(proj, op, "proj"), "float32", proj)
-    _core.lightning_indexer_weights(A.core(proj), A.core(q_scale), A.core(w), float(head_scale), float(dim_scale),
-                                    A.threads_arg(op, threads))
+    with A.launch(op, proj, stream) as st:
+        (w,) = A.outputs(op, out, ("w",))
+        if w is None:
+            w = A.empty(A.shape_of(proj, op, "proj"), "float32", proj)
+        _core.lightning_indexer_weights(A.core(proj), A.core(q_scale), A.core(w), float(head_scale), float(dim_scale),
+                                        A.threads_arg(op, threads), st)
     return w
 
 
-def topk_indices(scores: Any, k: int, ranges: Any = None, *, out: Any = None, threads: Optional[int] = None) -> Any:
+def topk_indices(scores: Any, k: int, ranges: Any = None, *, out: Any = None, threads: Optional[int] = None,
+                 stream: Any = None) -> Any:
     """Per row of ``scores`` [m, n] float32, the k largest scores within the row's range
     (ranges [m, 2] int32; the whole row when None) as int32 column indices in ascending order,
     -1 padded; NaN and -inf are never selected; ties go to the smaller index. Returns [m, k]."""
     op = "topk_indices"
-    (indices,) = A.outputs(op, out, ("indices",))
-    m, n = A.dim(scores, op, "scores", 2, 0), A.dim(scores, op, "scores", 2, 1)
-    if indices is None:
-        indices = A.empty((m, max(int(k), 0)), "int32", scores)
-    ranges = _ranges(op, ranges, scores, m, n, False)
-    _core.topk_indices(A.core(scores), A.core(ranges), int(k), A.core(indices), A.threads_arg(op, threads))
+    with A.launch(op, scores, stream) as st:
+        (indices,) = A.outputs(op, out, ("indices",))
+        m, n = A.dim(scores, op, "scores", 2, 0), A.dim(scores, op, "scores", 2, 1)
+        if indices is None:
+            indices = A.empty((m, max(int(k), 0)), "int32", scores)
+        ranges = _ranges(op, ranges, scores, m, n, False)
+        _core.topk_indices(A.core(scores), A.core(ranges), int(k), A.core(indices), A.threads_arg(op, threads), st)
     return indices
 
 
 def topk_indices_paged(scores: Any, k: int, block_table: Any, block_size: int, ranges: Any = None, *, out: Any = None,
-                       threads: Optional[int] = None) -> Any:
+                       threads: Optional[int] = None, stream: Any = None) -> Any:
     """topk_indices mapped through a page table to physical cache slots: logical position p of
     row t becomes ``block_table[t, p // block_size] * block_size + p % block_size`` (-1 stays -1;
     order is ascending logical position). Returns slots [m, k] int32."""
     op = "topk_indices_paged"
-    (slots,) = A.outputs(op, out, ("slots",))
-    m, n = A.dim(scores, op, "scores", 2, 0), A.dim(scores, op, "scores", 2, 1)
-    if slots is None:
-        slots = A.empty((m, max(int(k), 0)), "int32", scores)
-    ranges = _ranges(op, ranges, scores, m, n, False)
-    _core.topk_indices_paged(A.core(scores), A.core(ranges), int(k), A.core(block_table), int(block_size),
-                             A.core(slots), A.threads_arg(op, threads))
+    with A.launch(op, scores, stream) as st:
+        (slots,) = A.outputs(op, out, ("slots",))
+        m, n = A.dim(scores, op, "scores", 2, 0), A.dim(scores, op, "scores", 2, 1)
+        if slots is None:
+            slots = A.empty((m, max(int(k), 0)), "int32", scores)
+        ranges = _ranges(op, ranges, scores, m, n, False)
+        _core.topk_indices_paged(A.core(scores), A.core(ranges), int(k), A.core(block_table), int(block_size),
+                                 A.core(slots), A.threads_arg(op, threads), st)
     return slots
 
 
-def gather_rows(src: Any, indices: Any, *, out: Any = None, threads: Optional[int] = None) -> Any:
+def gather_rows(src: Any, indices: Any, *, out: Any = None, threads: Optional[int] = None, stream: Any = None) -> Any:
     """``dst[t, j, :] = src[indices[t, j], :]`` (zeros where the index is -1): src [n, d] of any
     dtype (copied bit for bit), indices [m, k] int32. Returns dst [m, k, d]."""
     op = "gather_rows"
-    (dst,) = A.outputs(op, out, ("dst",))
-    if dst is None:
-        s = A.shape_of(src, op, "src")
-        m, k = A.dim(indices, op, "indices", 2, 0), A.dim(indices, op, "indices", 2, 1)
-        dst = A.empty_like_dtype(src, (m, k, s[-1] if s else 0), src)
-    _core.gather_rows(A.core(src), A.core(indices), A.core(dst), A.threads_arg(op, threads))
+    with A.launch(op, src, stream) as st:
+        (dst,) = A.outputs(op, out, ("dst",))
+        if dst is None:
+            s = A.shape_of(src, op, "src")
+            m, k = A.dim(indices, op, "indices", 2, 0), A.dim(indices, op, "indices", 2, 1)
+            dst = A.empty_like_dtype(src, (m, k, s[-1] if s else 0), src)
+        _core.gather_rows(A.core(src), A.core(indices), A.core(dst), A.threads_arg(op, threads), st)
     return dst
 
 
 def indexer_kl_loss_dense(attn: Any, index_scores: Any, ranges: Any = None, *, out: Any = None,
-                          threads: Optional[int] = None) -> Tuple[Any, Any]:
+                          threads: Optional[int] = None, stream: Any = None) -> Tuple[Any, Any]:
     """Dense warm-up loss (DeepSeek-V3.2 eq. 3): ``L = sum_t KL(p_t || softmax(I_t))`` over each
     row's key range, p_t = the L1-normalised head sum of ``attn`` [m, h, n] (main attention
     probabilities), I = ``index_scores`` [m, n]; ranges causal when None. Returns
     ``(loss [1] float32, grad_index [m, n] float32)`` with
     ``dL/dI[t, s] = softmax(I_t)[s] * sum(p_t) - p_t[s]`` (0 outside the ranges)."""
     op = "indexer_kl_loss_dense"
-    loss, grad = A.outputs(op, out, ("loss", "grad_index"))
-    m, n = A.dim(attn, op, "attn", 3, 0), A.dim(attn, op, "attn", 3, 2)
-    if loss is None:
-        loss = A.empty((1,), "float32", attn)
-    if grad is None:
-        grad = A.empty((m, n), "float32", attn)
-    ranges = _ranges(op, ranges, attn, m, n, True)
-    _core.indexer_kl_loss_dense(A.core(attn), A.core(index_scores), A.core(ranges), A.core(loss), A.core(grad),
-                                A.threads_arg(op, threads))
+    with A.launch(op, attn, stream) as st:
+        loss, grad = A.outputs(op, out, ("loss", "grad_index"))
+        m, n = A.dim(attn, op, "attn", 3, 0), A.dim(attn, op, "attn", 3, 2)
+        if loss is None:
+            loss = A.empty((1,), "float32", attn)
+        if grad is None:
+            grad = A.empty((m, n), "float32", attn)
+        ranges = _ranges(op, ranges, attn, m, n, True)
+        workspace = _kl_workspace(attn, _core.indexer_kl_loss_dense_workspace_size, m)
+        _core.indexer_kl_loss_dense(A.core(attn), A.core(index_scores), A.core(ranges), A.core(loss), A.core(grad),
+                                    workspace, A.threads_arg(op, threads), st)
     return loss, grad
 
 
 def indexer_kl_loss_sparse(attn: Any, index_scores: Any, topk: Any, *, out: Any = None,
-                           threads: Optional[int] = None) -> Tuple[Any, Any]:
+                           threads: Optional[int] = None, stream: Any = None) -> Tuple[Any, Any]:
     """Sparse-stage loss (eq. 4): the dense loss restricted to each row's selection ``topk``
     [m, k] int32 (-1 padded), both distributions renormalised on it. Returns
     ``(loss [1], grad_index [m, n])``, the gradient zero outside the selection."""
     op = "indexer_kl_loss_sparse"
-    loss, grad = A.outputs(op, out, ("loss", "grad_index"))
-    m, n = A.dim(attn, op, "attn", 3, 0), A.dim(attn, op, "attn", 3, 2)
-    if loss is None:
-        loss = A.empty((1,), "float32", attn)
-    if grad is None:
-        grad = A.empty((m, n), "float32", attn)
-    _core.indexer_kl_loss_sparse(A.core(attn), A.core(index_scores), A.core(topk), A.core(loss), A.core(grad),
-                                 A.threads_arg(op, threads))
+    with A.launch(op, attn, stream) as st:
+        loss, grad = A.outputs(op, out, ("loss", "grad_index"))
+        m, n = A.dim(attn, op, "attn", 3, 0), A.dim(attn, op, "attn", 3, 2)
+        if loss is None:
+            loss = A.empty((1,), "float32", attn)
+        if grad is None:
+            grad = A.empty((m, n), "float32", attn)
+        workspace = _kl_workspace(attn, _core.indexer_kl_loss_sparse_workspace_size, m,
+                                  A.dim(topk, op, "topk", 2, 1))
+        _core.indexer_kl_loss_sparse(A.core(attn), A.core(index_scores), A.core(topk), A.core(loss), A.core(grad),
+                                     workspace, A.threads_arg(op, threads), st)
     return loss, grad

@@ -8,7 +8,8 @@ from . import _arrays as A
 from . import _core
 
 
-def hadamard_transform(x: Any, scale: float = 1.0, *, out: Any = None, threads: Optional[int] = None) -> Any:
+def hadamard_transform(x: Any, scale: float = 1.0, *, out: Any = None, threads: Optional[int] = None,
+                       stream: Any = None) -> Any:
     """``y = (x @ H_n) * scale`` over the rows of ``x`` [rows, n] (float32 or bfloat16).
 
     H_n is the Sylvester Hadamard matrix (natural order), ``H[i, j] = (-1)^popcount(i & j)``, for
@@ -18,15 +19,16 @@ def hadamard_transform(x: Any, scale: float = 1.0, *, out: Any = None, threads: 
     ``out=x`` transforms in place. Returns y (``out`` itself when given).
     """
     op = "hadamard_transform"
-    (y,) = A.outputs(op, out, ("y",))
-    if y is None:
-        y = A.empty_like_dtype(x, A.shape_of(x, op, "x"), x)
-    _core.hadamard_transform(A.core(x), A.core(y), float(scale), A.threads_arg(op, threads))
+    with A.launch(op, x, stream) as st:
+        (y,) = A.outputs(op, out, ("y",))
+        if y is None:
+            y = A.empty_like_dtype(x, A.shape_of(x, op, "x"), x)
+        _core.hadamard_transform(A.core(x), A.core(y), float(scale), A.threads_arg(op, threads), st)
     return y
 
 
 def act_quant(x: Any, *, group_size: int = 128, scale_format: str = "ue8m0", out: Any = None,
-              threads: Optional[int] = None) -> Tuple[Any, Any]:
+              threads: Optional[int] = None, stream: Any = None) -> Tuple[Any, Any]:
     """FP8 activation quantization (DeepSeek ``act_quant``) of ``x`` [rows, cols], 1 x group_size.
 
     Per group: ``amax = max(max|x|, 1e-4)``, ``v = fl32(amax * fl32(1/448))``; with
@@ -36,50 +38,55 @@ def act_quant(x: Any, *, group_size: int = 128, scale_format: str = "ue8m0", out
     ``out=(q, s)`` writes into given arrays.
     """
     op = "act_quant"
-    q, s = A.outputs(op, out, ("q", "s"))
-    rows, cols = A.dim(x, op, "x", 2, 0), A.dim(x, op, "x", 2, 1)
-    if q is None:
-        q = A.empty((rows, cols), "float8_e4m3fn", x)
-    if s is None:
-        s = A.empty((rows, cols // group_size if group_size > 0 else 0), "float32", x)
-    _core.act_quant(A.core(x), A.core(q), A.core(s), scale_format, int(group_size), A.threads_arg(op, threads))
+    with A.launch(op, x, stream) as st:
+        q, s = A.outputs(op, out, ("q", "s"))
+        rows, cols = A.dim(x, op, "x", 2, 0), A.dim(x, op, "x", 2, 1)
+        if q is None:
+            q = A.empty((rows, cols), "float8_e4m3fn", x)
+        if s is None:
+            s = A.empty((rows, cols // group_size if group_size > 0 else 0), "float32", x)
+        _core.act_quant(A.core(x), A.core(q), A.core(s), scale_format, int(group_size), A.threads_arg(op, threads), st)
     return q, s
 
 
 def act_dequant(q: Any, s: Any, *, group_size: int = 128, dtype: Any = "float32", out: Any = None,
-                threads: Optional[int] = None) -> Any:
+                threads: Optional[int] = None, stream: Any = None) -> Any:
     """``y = q * s`` with one scale per 1 x group_size group; y float32 or bfloat16 (``dtype``,
     ignored when ``out`` is given), the fp32 product rounded once."""
     op = "act_dequant"
-    (y,) = A.outputs(op, out, ("y",))
-    if y is None:
-        y = A.empty(A.shape_of(q, op, "q"), A.dtype_name(dtype), q)
-    _core.act_dequant(A.core(q), A.core(s), A.core(y), int(group_size), A.threads_arg(op, threads))
+    with A.launch(op, q, stream) as st:
+        (y,) = A.outputs(op, out, ("y",))
+        if y is None:
+            y = A.empty(A.shape_of(q, op, "q"), A.dtype_name(dtype), q)
+        _core.act_dequant(A.core(q), A.core(s), A.core(y), int(group_size), A.threads_arg(op, threads), st)
     return y
 
 
-def weight_quant(w: Any, *, out: Any = None, threads: Optional[int] = None) -> Tuple[Any, Any]:
+def weight_quant(w: Any, *, out: Any = None, threads: Optional[int] = None, stream: Any = None) -> Tuple[Any, Any]:
     """FP8 weight quantization in 128 x 128 blocks (ragged at the edges): per block
     ``s = max(amax, 1e-8) / 448`` (fp32), ``q = e4m3(w / s)``. Returns ``(q, s)``: q like w,
     s [ceil(rows / 128), ceil(cols / 128)] float32 (the checkpoint's ``weight_scale_inv``)."""
     op = "weight_quant"
-    q, s = A.outputs(op, out, ("q", "s"))
-    rows, cols = A.dim(w, op, "w", 2, 0), A.dim(w, op, "w", 2, 1)
-    if q is None:
-        q = A.empty((rows, cols), "float8_e4m3fn", w)
-    if s is None:
-        s = A.empty(((rows + 127) // 128, (cols + 127) // 128), "float32", w)
-    _core.weight_quant(A.core(w), A.core(q), A.core(s), A.threads_arg(op, threads))
+    with A.launch(op, w, stream) as st:
+        q, s = A.outputs(op, out, ("q", "s"))
+        rows, cols = A.dim(w, op, "w", 2, 0), A.dim(w, op, "w", 2, 1)
+        if q is None:
+            q = A.empty((rows, cols), "float8_e4m3fn", w)
+        if s is None:
+            s = A.empty(((rows + 127) // 128, (cols + 127) // 128), "float32", w)
+        _core.weight_quant(A.core(w), A.core(q), A.core(s), A.threads_arg(op, threads), st)
     return q, s
 
 
-def weight_dequant(q: Any, s: Any, *, dtype: Any = "float32", out: Any = None, threads: Optional[int] = None) -> Any:
+def weight_dequant(q: Any, s: Any, *, dtype: Any = "float32", out: Any = None, threads: Optional[int] = None,
+                   stream: Any = None) -> Any:
     """``w = q * s`` with one scale per 128 x 128 block; w float32 or bfloat16 (``dtype``)."""
     op = "weight_dequant"
-    (w,) = A.outputs(op, out, ("w",))
-    if w is None:
-        w = A.empty(A.shape_of(q, op, "q"), A.dtype_name(dtype), q)
-    _core.weight_dequant(A.core(q), A.core(s), A.core(w), A.threads_arg(op, threads))
+    with A.launch(op, q, stream) as st:
+        (w,) = A.outputs(op, out, ("w",))
+        if w is None:
+            w = A.empty(A.shape_of(q, op, "q"), A.dtype_name(dtype), q)
+        _core.weight_dequant(A.core(q), A.core(s), A.core(w), A.threads_arg(op, threads), st)
     return w
 
 
@@ -91,7 +98,8 @@ def _pack_rows(op: str, n: int, slots: Any) -> int:
     return max(int(slots.max()) + 1, 0)
 
 
-def kv_cache_fp8_pack(kv: Any, *, slots: Any = None, out: Any = None, threads: Optional[int] = None) -> Any:
+def kv_cache_fp8_pack(kv: Any, *, slots: Any = None, out: Any = None, threads: Optional[int] = None,
+                      stream: Any = None) -> Any:
     """Packs tokens ``kv`` [n, 576] bfloat16 (512 latent + 64 RoPE) into FlashMLA's 656-byte FP8
     rows: 512 e4m3 codes | 4 float32 scales (act_quant ue8m0, groups of 128) | 64 bfloat16 RoPE.
 
@@ -100,47 +108,53 @@ def kv_cache_fp8_pack(kv: Any, *, slots: Any = None, out: Any = None, threads: O
     their bytes); allocated (zeroed, ``max(slots) + 1`` or n rows) when not given.
     """
     op = "kv_cache_fp8_pack"
-    (cache,) = A.outputs(op, out, ("cache",))
-    if cache is None:
-        n = A.dim(kv, op, "kv", 2, 0)
-        cache = A.empty((_pack_rows(op, n, slots), _core.kv_fp8_row_bytes), "uint8", kv, zero=True)
-    _core.kv_cache_fp8_pack(A.core(kv), A.core(cache), A.core(slots), A.threads_arg(op, threads))
+    with A.launch(op, kv, stream) as st:
+        (cache,) = A.outputs(op, out, ("cache",))
+        if cache is None:
+            n = A.dim(kv, op, "kv", 2, 0)
+            cache = A.empty((_pack_rows(op, n, slots), _core.kv_fp8_row_bytes), "uint8", kv, zero=True)
+        _core.kv_cache_fp8_pack(A.core(kv), A.core(cache), A.core(slots), A.threads_arg(op, threads), st)
     return cache
 
 
-def kv_cache_fp8_unpack(cache: Any, *, out: Any = None, threads: Optional[int] = None) -> Any:
+def kv_cache_fp8_unpack(cache: Any, *, out: Any = None, threads: Optional[int] = None, stream: Any = None) -> Any:
     """Unpacks 656-byte FP8 rows ``cache`` [n, 656] into kv [n, 576] bfloat16 (latent = code *
     scale, RoPE bit for bit)."""
     op = "kv_cache_fp8_unpack"
-    (kv,) = A.outputs(op, out, ("kv",))
-    if kv is None:
-        kv = A.empty((A.dim(cache, op, "cache", 2, 0), _core.kv_dim), "bfloat16", cache)
-    _core.kv_cache_fp8_unpack(A.core(cache), A.core(kv), A.threads_arg(op, threads))
+    with A.launch(op, cache, stream) as st:
+        (kv,) = A.outputs(op, out, ("kv",))
+        if kv is None:
+            kv = A.empty((A.dim(cache, op, "cache", 2, 0), _core.kv_dim), "bfloat16", cache)
+        _core.kv_cache_fp8_unpack(A.core(cache), A.core(kv), A.threads_arg(op, threads), st)
     return kv
 
 
 def indexer_cache_pack(k: Any, k_scale: Any, *, slots: Any = None, out: Any = None,
-                       threads: Optional[int] = None) -> Any:
+                       threads: Optional[int] = None, stream: Any = None) -> Any:
     """Packs indexer keys ``k`` [n, 128] (e4m3 codes) and ``k_scale`` [n] float32 into 132-byte
     rows (128 codes | float32 scale), bit for bit; ``slots`` and ``out`` as kv_cache_fp8_pack."""
     op = "indexer_cache_pack"
-    (cache,) = A.outputs(op, out, ("cache",))
-    if cache is None:
-        n = A.dim(k, op, "k", 2, 0)
-        cache = A.empty((_pack_rows(op, n, slots), _core.indexer_cache_row_bytes), "uint8", k, zero=True)
-    _core.indexer_cache_pack(A.core(k), A.core(k_scale), A.core(cache), A.core(slots), A.threads_arg(op, threads))
+    with A.launch(op, k, stream) as st:
+        (cache,) = A.outputs(op, out, ("cache",))
+        if cache is None:
+            n = A.dim(k, op, "k", 2, 0)
+            cache = A.empty((_pack_rows(op, n, slots), _core.indexer_cache_row_bytes), "uint8", k, zero=True)
+        _core.indexer_cache_pack(A.core(k), A.core(k_scale), A.core(cache), A.core(slots), A.threads_arg(op, threads),
+                                 st)
     return cache
 
 
-def indexer_cache_unpack(cache: Any, *, out: Any = None, threads: Optional[int] = None) -> Tuple[Any, Any]:
+def indexer_cache_unpack(cache: Any, *, out: Any = None, threads: Optional[int] = None,
+                         stream: Any = None) -> Tuple[Any, Any]:
     """Unpacks 132-byte indexer rows ``cache`` [n, 132] into ``(k [n, 128] e4m3, k_scale [n]
     float32)``, bit for bit."""
     op = "indexer_cache_unpack"
-    k, k_scale = A.outputs(op, out, ("k", "k_scale"))
-    n = A.dim(cache, op, "cache", 2, 0)
-    if k is None:
-        k = A.empty((n, _core.indexer_cache_dim), "float8_e4m3fn", cache)
-    if k_scale is None:
-        k_scale = A.empty((n,), "float32", cache)
-    _core.indexer_cache_unpack(A.core(cache), A.core(k), A.core(k_scale), A.threads_arg(op, threads))
+    with A.launch(op, cache, stream) as st:
+        k, k_scale = A.outputs(op, out, ("k", "k_scale"))
+        n = A.dim(cache, op, "cache", 2, 0)
+        if k is None:
+            k = A.empty((n, _core.indexer_cache_dim), "float8_e4m3fn", cache)
+        if k_scale is None:
+            k_scale = A.empty((n,), "float32", cache)
+        _core.indexer_cache_unpack(A.core(cache), A.core(k), A.core(k_scale), A.threads_arg(op, threads), st)
     return k, k_scale

@@ -1,13 +1,20 @@
 // What every file of the Python binding shares: turning the Python objects an op receives
-// (DLPack-capable arrays: NumPy, PyTorch, ...) into dsa::tensor_view values with clear errors,
-// the CPU backend of a `threads` argument, and the dtype dispatch of the ops whose element type
-// is a template parameter.
+// (DLPack-capable arrays: NumPy, PyTorch, ...; objects with __cuda_array_interface__) into
+// dsa::tensor_view values with clear errors, the place an op runs (the CPU backend with its
+// thread count, or, in a build with DSA_ENABLE_CUDA, the CUDA backend on a device and a stream),
+// and the dtype dispatch of the ops whose element type is a template parameter.
 //
 // The binding's C++ functions (module `dsa._core`) take every output as an argument: the Python
-// layer (python/dsa/) allocates outputs in the inputs' framework and device, handles `out=`, and
-// maps dtypes (ml_dtypes / torch float8) onto what is checked here. Every error raised here is a
-// dsa::error, which the module maps to dsa.Error (a ValueError), with the message format of the
-// C++ library: "dsa::<op>: <argument> = <value>; expected <what>".
+// layer (python/dsa/) allocates outputs in the inputs' framework and device, handles `out=`,
+// picks the stream, and maps dtypes (ml_dtypes / torch float8) onto what is checked here. Every
+// error raised here is a dsa::error, which the module maps to dsa.Error (a ValueError), with the
+// message format of the C++ library: "dsa::<op>: <argument> = <value>; expected <what>".
+//
+// An op is written once for both places: on_device_of() picks the place from the first array
+// argument and calls the op's body with it (a generic lambda); the body builds its views in the
+// place's memory space (in/out/view_of check every array against the place), then
+// `p.run([&](const auto& be) { DSA_PY_CALL(op, be, views...); })` releases the GIL and calls
+// dsa::<op> on the CPU backend, or its nvcc-compiled launcher (python/src/cuda/) on the CUDA one.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -21,11 +28,21 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "elements.hpp"
+
+#ifdef DSA_PY_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda/ops.hpp"
+#include "dsa/cuda/backend.hpp"
+#endif
 
 namespace dsa_py {
 
@@ -64,17 +81,6 @@ inline bool i64(nb::dlpack::dtype d) { return is(d, dtype_code::Int, 64); }
 /// "float32", "bfloat16", "uint8", ... for messages.
 std::string dtype_name(nb::dlpack::dtype d);
 
-/// An element of N bytes whatever its type: gather_rows copies rows bit for bit, so it gathers
-/// any dtype as the raw_element of its size.
-template <std::size_t N>
-struct raw_element {
-  alignas(N) unsigned char bytes[N];
-};
-template <class T>
-inline constexpr bool is_raw_element = false;
-template <std::size_t N>
-inline constexpr bool is_raw_element<raw_element<N>> = true;
-
 /// Whether an element of dtype `d` can be viewed as T, and what T accepts (for the message).
 template <class T>
 constexpr bool dtype_accepts(nb::dlpack::dtype d) {
@@ -101,19 +107,134 @@ constexpr const char* dtype_expected() {
   else return "an element of the same size";
 }
 
+// ---- places -----------------------------------------------------------------------------------
+
+/// Where one call runs: on the CPU backend (host memory)...
+struct host_place {
+  using space = dsa::host_space;
+  std::string_view op;
+  dsa::cpu_backend be;
+
+  /// f(backend) with the GIL released (the views hold no Python state).
+  template <class F>
+  void run(F&& f) const {
+    const nb::gil_scoped_release release;
+    f(be);
+  }
+  /// The same for the ops that need a cuBLAS handle on the CUDA backend.
+  template <class F>
+  void run_blas(F&& f) const {
+    run(std::forward<F>(f));
+  }
+};
+
+#ifdef DSA_PY_CUDA
+/// Makes `device` the current CUDA device for its lifetime (restoring the previous one), or
+/// throws dsa::error when the process sees no CUDA device (no GPU, no driver).
+class device_scope {
+ public:
+  device_scope(std::string_view op, int device);
+  ~device_scope();
+  device_scope(const device_scope&) = delete;
+  device_scope& operator=(const device_scope&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+/// This thread's cuBLAS handle for `device` (the current device), created on first use. Handles
+/// are never destroyed: a thread that ends returns its handles to a per-device pool, which the
+/// next thread reuses (cuBLAS allows one handle in one thread at a time, and destroying handles
+/// at interpreter exit races the CUDA runtime's own teardown).
+cublasHandle_t thread_cublas_handle(int device);
+
+/// ... or on the CUDA backend: `device` (the arrays' DLPack device id) and `stream` (the
+/// Python layer's choice: `stream=`, else torch's current stream for torch tensors, else the
+/// legacy default stream 0). Launches are asynchronous, like any CUDA op.
+struct cuda_place {
+  using space = dsa::device_space;
+  std::string_view op;
+  int device;
+  cudaStream_t stream;
+
+  template <class F>
+  void run(F&& f) const {
+    const nb::gil_scoped_release release;
+    const device_scope scope(op, device);
+    f(dsa::cuda_backend{stream, nullptr});
+  }
+  template <class F>
+  void run_blas(F&& f) const {
+    const nb::gil_scoped_release release;
+    const device_scope scope(op, device);
+    f(dsa::cuda_backend{stream, thread_cublas_handle(device)});
+  }
+};
+
+/// The number of CUDA devices this process sees (0 without a GPU or driver; never throws).
+int cuda_device_count() noexcept;
+#endif
+
+template <class P>
+inline constexpr bool is_cuda_place = !std::is_same_v<typename P::space, dsa::host_space>;
+
+/// dsa::NAME(be, args...) on the CPU backend; on the CUDA backend the same call through the
+/// nvcc-compiled launcher dsa_py::cuda_ops::NAME (python/src/cuda/), since a .cpp file cannot
+/// instantiate the CUDA implementations. `be` is the generic lambda parameter of place.run().
+#ifdef DSA_PY_CUDA
+#define DSA_PY_CALL(name, be, ...)                                                                 \
+  do {                                                                                             \
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(be)>, ::dsa::cuda_backend>) {        \
+      ::dsa_py::cuda_ops::name(be, __VA_ARGS__);                                                   \
+    } else {                                                                                       \
+      ::dsa::name(be, __VA_ARGS__);                                                                \
+    }                                                                                              \
+  } while (false)
+#else
+#define DSA_PY_CALL(name, be, ...) ::dsa::name(be, __VA_ARGS__)
+#endif
+
 // ---- arrays ---------------------------------------------------------------------------------
 
-/// `h` as an array (any DLPack producer or buffer), or dsa::error naming op and argument.
+/// `h` as an array (any DLPack producer, buffer, or object with __cuda_array_interface__), or
+/// dsa::error naming op and argument.
 ro_array input_array(nb::handle h, std::string_view op, std::string_view name);
 /// `h` as a writable array; a read-only one is an error.
 rw_array output_array(nb::handle h, std::string_view op, std::string_view name);
 
-/// The DLPack device type of an array as a device_kind: cpu, or cuda (CUDA and CUDA host-pinned
-/// memory count as their device); anything else (ROCm, Metal, ...) is an error.
+/// The DLPack device type of an array as a device_kind: cpu, or cuda (CUDA and CUDA managed
+/// memory); anything else (ROCm, Metal, CUDA host-pinned, ...) is an error.
 device_kind device_of(int device_type, std::string_view op, std::string_view name);
-template <class A>
-device_kind device_of(const A& a, std::string_view op, std::string_view name) {
-  return device_of(a.device_type(), op, name);
+
+/// The device of an argument without importing it (its __dlpack_device__, or
+/// __cuda_array_interface__; anything else counts as cpu and is checked when it is imported):
+/// the kind and the device id.
+std::pair<device_kind, int> device_hint(nb::handle h, std::string_view op, std::string_view name);
+
+/// The CPU backend of a `threads` argument: 0 = every hardware thread.
+dsa::cpu_backend cpu_backend(int threads, std::string_view op);
+
+/// Calls f(place) with the place of the call: the CUDA backend on the device of `first` (the
+/// op's first array argument) and `stream` when `first` is CUDA memory in a build with CUDA,
+/// else the CPU backend with `threads` (then `stream` must be 0). Every other array is checked
+/// against that place when its view is made.
+template <class F>
+void on_device_of(nb::handle first, std::string_view op, std::string_view first_name, int threads,
+                  std::uintptr_t stream, F&& f) {
+  const dsa::cpu_backend be = cpu_backend(threads, op);
+  const auto [kind, device] = device_hint(first, op, first_name);
+#ifdef DSA_PY_CUDA
+  if (kind == device_kind::cuda) {
+    f(cuda_place{op, device, reinterpret_cast<cudaStream_t>(stream)});
+    return;
+  }
+#else
+  (void)device;
+#endif
+  if (kind == device_kind::cpu && stream != 0) {
+    dsa::fail(op, "stream", stream, "None: " + std::string(first_name) + " is in CPU memory (streams are for CUDA arrays)");
+  }
+  f(host_place{op, be});
 }
 
 /// The checks of view_of that do not depend on T: rank, dtype (`dtype_ok`, `expected`), layout
@@ -128,64 +249,77 @@ void check_array(const A& a, std::string_view op, std::string_view name, std::si
               lay);
 }
 
-/// A dsa view of T over array `a` in memory space Space: checks the rank, the dtype (dtype_accepts),
-/// the device, the layout and the alignment.
-template <class T, std::size_t R, class Space = dsa::host_space, class A>
-dsa::tensor_view<T, R, Space> view_of(const A& a, std::string_view op, std::string_view name,
-                                      layout lay = layout::contiguous) {
-  check_array(a, op, name, R, dtype_accepts<std::remove_const_t<T>>(a.dtype()),
+/// That an array of DLPack device (`device_type`, `device_id`) is where place `p` runs.
+void check_device(std::string_view op, std::string_view name, int device_type, int device_id, bool want_cuda,
+                  int want_id);
+
+/// A dsa view of T over array `a` in the memory space of place `p`: checks the rank, the dtype
+/// (dtype_accepts), the device (the place's), the layout and the alignment.
+template <class T, std::size_t R, class P, class A>
+dsa::tensor_view<T, R, typename P::space> view_of(const P& p, const A& a, std::string_view name,
+                                                  layout lay = layout::contiguous) {
+  using Space = typename P::space;
+  check_array(a, p.op, name, R, dtype_accepts<std::remove_const_t<T>>(a.dtype()),
               dtype_expected<std::remove_const_t<T>>(), alignof(T), lay);
-  const device_kind want = std::is_same_v<Space, dsa::host_space> ? device_kind::cpu : device_kind::cuda;
-  if (device_of(a, op, name) != want) {
-    dsa::fail(op, std::string(name) + ".device", want == device_kind::cpu ? "cuda" : "cpu",
-              want == device_kind::cpu
-                  ? "cpu memory (this build of dsa's Python binding runs the CPU backend: copy with .cpu())"
-                  : "cuda (every array of one call on the same device)");
+  if constexpr (is_cuda_place<P>) {
+    check_device(p.op, name, a.device_type(), a.device_id(), true, p.device);
+  } else {
+    check_device(p.op, name, a.device_type(), a.device_id(), false, 0);
   }
   std::array<dsa::index_t, R> extents{}, strides{};
   for (std::size_t r = 0; r < R; ++r) {
     extents[r] = static_cast<dsa::index_t>(a.shape(r));
     strides[r] = a.stride(r);
   }
-  using P = std::conditional_t<std::is_const_v<T>, const void*, void*>;
-  T* data = static_cast<T*>(const_cast<P>(static_cast<const void*>(a.data())));
+  using Ptr = std::conditional_t<std::is_const_v<T>, const void*, void*>;
+  T* data = static_cast<T*>(const_cast<Ptr>(static_cast<const void*>(a.data())));
   if (lay == layout::contiguous) return dsa::tensor_view<T, R, Space>(data, extents);
   return dsa::tensor_view<T, R, Space>(data, extents, strides);
 }
 
-/// Input view of const T (a Python object converted on the spot, kept alive by its caller's
-/// reference for the duration of the call).
-template <class T, std::size_t R, class Space = dsa::host_space>
+/// An input argument: the array (kept alive for the call) and its view of const T.
+template <class T, std::size_t R, class Space>
 struct input {
   ro_array array;
   dsa::tensor_view<const T, R, Space> view;
-  input(nb::handle h, std::string_view op, std::string_view name, layout lay = layout::contiguous)
-      : array(input_array(h, op, name)), view(view_of<const T, R, Space>(array, op, name, lay)) {}
 };
 
-template <class T, std::size_t R, class Space = dsa::host_space>
+template <class T, std::size_t R, class Space>
 struct output {
   rw_array array;
   dsa::tensor_view<T, R, Space> view;
-  output(nb::handle h, std::string_view op, std::string_view name, layout lay = layout::contiguous)
-      : array(output_array(h, op, name)), view(view_of<T, R, Space>(array, op, name, lay)) {}
 };
 
-/// An optional input: an absent (default) view for None.
-template <class T, std::size_t R, class Space = dsa::host_space>
-dsa::tensor_view<const T, R, Space> optional_input(nb::handle h, ro_array& keep, std::string_view op,
-                                                   std::string_view name, layout lay = layout::contiguous) {
-  if (h.is_none()) return {};
-  keep = input_array(h, op, name);
-  return view_of<const T, R, Space>(keep, op, name, lay);
+/// Input argument `name` (Python object `h`) of an op running at place `p`.
+template <class T, std::size_t R, class P>
+input<T, R, typename P::space> in(const P& p, nb::handle h, std::string_view name, layout lay = layout::contiguous) {
+  ro_array a = input_array(h, p.op, name);
+  const auto v = view_of<const T, R>(p, a, name, lay);
+  return {std::move(a), v};
 }
 
-template <class T, std::size_t R, class Space = dsa::host_space>
-dsa::tensor_view<T, R, Space> optional_output(nb::handle h, rw_array& keep, std::string_view op,
-                                              std::string_view name, layout lay = layout::contiguous) {
+template <class T, std::size_t R, class P>
+output<T, R, typename P::space> out(const P& p, nb::handle h, std::string_view name, layout lay = layout::contiguous) {
+  rw_array a = output_array(h, p.op, name);
+  const auto v = view_of<T, R>(p, a, name, lay);
+  return {std::move(a), v};
+}
+
+/// An optional input: an absent (default) view for None; `keep` holds the array.
+template <class T, std::size_t R, class P>
+dsa::tensor_view<const T, R, typename P::space> optional_in(const P& p, nb::handle h, ro_array& keep,
+                                                            std::string_view name, layout lay = layout::contiguous) {
   if (h.is_none()) return {};
-  keep = output_array(h, op, name);
-  return view_of<T, R, Space>(keep, op, name, lay);
+  keep = input_array(h, p.op, name);
+  return view_of<const T, R>(p, keep, name, lay);
+}
+
+template <class T, std::size_t R, class P>
+dsa::tensor_view<T, R, typename P::space> optional_out(const P& p, nb::handle h, rw_array& keep, std::string_view name,
+                                                       layout lay = layout::contiguous) {
+  if (h.is_none()) return {};
+  keep = output_array(h, p.op, name);
+  return view_of<T, R>(p, keep, name, lay);
 }
 
 // ---- element-type dispatch --------------------------------------------------------------------
@@ -199,12 +333,7 @@ decltype(auto) with_float_or_bf16(const A& a, std::string_view op, std::string_v
   dsa::fail(op, std::string(name) + ".dtype", dtype_name(a.dtype()), "float32 or bfloat16");
 }
 
-// ---- backends -------------------------------------------------------------------------------
-
-/// The CPU backend of a `threads` argument: 0 = every hardware thread.
-dsa::cpu_backend cpu_backend(int threads, std::string_view op);
-
-/// The scope of an op's computation: the GIL is released (the views hold no Python state).
+/// A scope with the GIL released (the views hold no Python state).
 using nogil = nb::gil_scoped_release;
 
 // ---- registration -----------------------------------------------------------------------------

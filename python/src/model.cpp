@@ -55,12 +55,13 @@ void copy_rows(const dsa::host_view<const T, 2>& v, std::vector<U>& dst) {
 std::vector<std::int64_t> token_vector(nb::handle tokens) {
   constexpr std::string_view op = "Transformer.forward";
   const ro_array a = input_array(tokens, op, "tokens");
+  const host_place p{op, {}};  // token ids are read on the host: a CUDA tensor is an error
   std::vector<std::int64_t> ids;
   if (dt::i64(a.dtype())) {
-    const auto v = view_of<const std::int64_t, 1>(a, op, "tokens");
+    const auto v = view_of<const std::int64_t, 1>(p, a, "tokens");
     ids.assign(v.data_handle(), v.data_handle() + v.extent(0));
   } else if (dt::i32(a.dtype())) {
-    const auto v = view_of<const std::int32_t, 1>(a, op, "tokens");
+    const auto v = view_of<const std::int32_t, 1>(p, a, "tokens");
     ids.assign(v.data_handle(), v.data_handle() + v.extent(0));
   } else {
     dsa::fail(op, "tokens.dtype", dtype_name(a.dtype()), "int64 or int32 token ids");

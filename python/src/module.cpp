@@ -15,9 +15,13 @@ NB_MODULE(_core, m) {
   m.attr("__version__") = std::to_string(DSA_VERSION_MAJOR) + "." + std::to_string(DSA_VERSION_MINOR) + "." +
                           std::to_string(DSA_VERSION_PATCH);
 #ifdef DSA_PY_CUDA
+  // The CUDA paths are compiled in (DSA_ENABLE_CUDA=ON): CUDA arrays run dsa::cuda_backend.
   m.attr("has_cuda_build") = true;
+  m.def("cuda_device_count", [] { return dsa_py::cuda_device_count(); },
+        "The number of CUDA devices this process sees (0 without a GPU or a new enough driver).");
 #else
   m.attr("has_cuda_build") = false;
+  m.def("cuda_device_count", [] { return 0; }, "0: this build has no CUDA paths.");
 #endif
   dsa_py::bind_hadamard(m);
   dsa_py::bind_quant(m);

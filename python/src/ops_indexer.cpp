@@ -10,86 +10,92 @@ namespace dsa_py {
 namespace {
 
 void lightning_indexer_scores(nb::handle q, nb::handle w, nb::handle k, nb::handle k_scale, nb::handle ranges,
-                              nb::handle scores, int threads) {
-  constexpr std::string_view op = "lightning_indexer_scores";
-  const ro_array qa = input_array(q, op, "q");
-  const input<float, 2> wi(w, op, "w");
-  const input<float, 1> si(k_scale, op, "k_scale");
-  const input<std::int32_t, 2> ri(ranges, op, "ranges");
-  output<float, 2> so(scores, op, "scores");
-  const auto be = cpu_backend(threads, op);
-  if (dt::f32(qa.dtype())) {
-    const auto qv = view_of<const float, 3>(qa, op, "q");
-    const input<float, 2> ki(k, op, "k");
-    nogil g;
-    dsa::lightning_indexer_scores(be, qv, wi.view, ki.view, si.view, ri.view, so.view);
-  } else if (dt::e4m3(qa.dtype())) {
-    const auto qv = view_of<const dsa::fp8_e4m3, 3>(qa, op, "q");
-    const input<dsa::fp8_e4m3, 2> ki(k, op, "k");
-    nogil g;
-    dsa::lightning_indexer_scores(be, qv, wi.view, ki.view, si.view, ri.view, so.view);
-  } else {
-    dsa::fail(op, "q.dtype", dtype_name(qa.dtype()), "float8_e4m3fn (or uint8 codes), or float32");
-  }
+                              nb::handle scores, int threads, std::uintptr_t stream) {
+  on_device_of(q, "lightning_indexer_scores", "q", threads, stream, [&](const auto& p) {
+    const ro_array qa = input_array(q, p.op, "q");
+    const auto wi = in<float, 2>(p, w, "w");
+    const auto si = in<float, 1>(p, k_scale, "k_scale");
+    const auto ri = in<std::int32_t, 2>(p, ranges, "ranges");
+    const auto so = out<float, 2>(p, scores, "scores");
+    auto run = [&]<class T>(std::type_identity<T>) {
+      const auto qv = view_of<const T, 3>(p, qa, "q");
+      const auto ki = in<T, 2>(p, k, "k");
+      p.run([&](const auto& be) {
+        DSA_PY_CALL(lightning_indexer_scores, be, qv, wi.view, ki.view, si.view, ri.view, so.view);
+      });
+    };
+    if (dt::f32(qa.dtype())) {
+      run(std::type_identity<float>{});
+    } else if (dt::e4m3(qa.dtype())) {
+      run(std::type_identity<dsa::fp8_e4m3>{});
+    } else {
+      dsa::fail(p.op, "q.dtype", dtype_name(qa.dtype()), "float8_e4m3fn (or uint8 codes), or float32");
+    }
+  });
 }
 
 void lightning_indexer_scores_paged(nb::handle q, nb::handle w, nb::handle cache, nb::handle block_table,
-                                    dsa::index_t block_size, nb::handle ranges, nb::handle scores, int threads) {
-  constexpr std::string_view op = "lightning_indexer_scores_paged";
-  const input<dsa::fp8_e4m3, 3> qi(q, op, "q");
-  const input<float, 2> wi(w, op, "w");
-  const input<std::uint8_t, 2> ci(cache, op, "cache");
-  const input<std::int32_t, 2> bi(block_table, op, "block_table");
-  const input<std::int32_t, 2> ri(ranges, op, "ranges");
-  output<float, 2> so(scores, op, "scores");
-  const auto be = cpu_backend(threads, op);
-  nogil g;
-  dsa::lightning_indexer_scores_paged(be, qi.view, wi.view, ci.view, bi.view, block_size, ri.view, so.view);
+                                    dsa::index_t block_size, nb::handle ranges, nb::handle scores, int threads,
+                                    std::uintptr_t stream) {
+  on_device_of(q, "lightning_indexer_scores_paged", "q", threads, stream, [&](const auto& p) {
+    const auto qi = in<dsa::fp8_e4m3, 3>(p, q, "q");
+    const auto wi = in<float, 2>(p, w, "w");
+    const auto ci = in<std::uint8_t, 2>(p, cache, "cache");
+    const auto bi = in<std::int32_t, 2>(p, block_table, "block_table");
+    const auto ri = in<std::int32_t, 2>(p, ranges, "ranges");
+    const auto so = out<float, 2>(p, scores, "scores");
+    p.run([&](const auto& be) {
+      DSA_PY_CALL(lightning_indexer_scores_paged, be, qi.view, wi.view, ci.view, bi.view, block_size, ri.view,
+                  so.view);
+    });
+  });
 }
 
 void lightning_indexer_backward(nb::handle q, nb::handle w, nb::handle k, nb::handle k_scale, nb::handle ranges,
                                 nb::handle grad_scores, nb::handle grad_q, nb::handle grad_w, nb::handle grad_k,
-                                int threads) {
-  constexpr std::string_view op = "lightning_indexer_backward";
-  const input<float, 3> qi(q, op, "q");
-  const input<float, 2> wi(w, op, "w");
-  const input<float, 2> ki(k, op, "k");
-  const input<float, 1> si(k_scale, op, "k_scale");
-  const input<std::int32_t, 2> ri(ranges, op, "ranges");
-  const input<float, 2> gi(grad_scores, op, "grad_scores");
-  rw_array kq, kw, kk;
-  const auto gq = optional_output<float, 3>(grad_q, kq, op, "grad_q");
-  const auto gw = optional_output<float, 2>(grad_w, kw, op, "grad_w");
-  const auto gk = optional_output<float, 2>(grad_k, kk, op, "grad_k");
-  const auto be = cpu_backend(threads, op);
-  nogil g;
-  dsa::lightning_indexer_backward(be, qi.view, wi.view, ki.view, si.view, ri.view, gi.view, gq, gw, gk);
+                                int threads, std::uintptr_t stream) {
+  on_device_of(q, "lightning_indexer_backward", "q", threads, stream, [&](const auto& p) {
+    const auto qi = in<float, 3>(p, q, "q");
+    const auto wi = in<float, 2>(p, w, "w");
+    const auto ki = in<float, 2>(p, k, "k");
+    const auto si = in<float, 1>(p, k_scale, "k_scale");
+    const auto ri = in<std::int32_t, 2>(p, ranges, "ranges");
+    const auto gi = in<float, 2>(p, grad_scores, "grad_scores");
+    rw_array kq, kw, kk;
+    const auto gq = optional_out<float, 3>(p, grad_q, kq, "grad_q");
+    const auto gw = optional_out<float, 2>(p, grad_w, kw, "grad_w");
+    const auto gk = optional_out<float, 2>(p, grad_k, kk, "grad_k");
+    p.run([&](const auto& be) {
+      DSA_PY_CALL(lightning_indexer_backward, be, qi.view, wi.view, ki.view, si.view, ri.view, gi.view, gq, gw, gk);
+    });
+  });
 }
 
 void lightning_indexer_weights(nb::handle proj, nb::handle q_scale, nb::handle w, float head_scale, float dim_scale,
-                               int threads) {
-  constexpr std::string_view op = "lightning_indexer_weights";
-  const input<float, 2> pi(proj, op, "proj");
-  const input<float, 2> qi(q_scale, op, "q_scale");
-  output<float, 2> wo(w, op, "w");
-  const auto be = cpu_backend(threads, op);
-  nogil g;
-  dsa::lightning_indexer_weights(be, pi.view, qi.view, wo.view, head_scale, dim_scale);
+                               int threads, std::uintptr_t stream) {
+  on_device_of(proj, "lightning_indexer_weights", "proj", threads, stream, [&](const auto& p) {
+    const auto pi = in<float, 2>(p, proj, "proj");
+    const auto qi = in<float, 2>(p, q_scale, "q_scale");
+    const auto wo = out<float, 2>(p, w, "w");
+    p.run([&](const auto& be) {
+      DSA_PY_CALL(lightning_indexer_weights, be, pi.view, qi.view, wo.view, head_scale, dim_scale);
+    });
+  });
 }
 
 }  // namespace
 
 void bind_indexer(nb::module_& m) {
   m.def("lightning_indexer_scores", &lightning_indexer_scores, nb::arg("q"), nb::arg("w"), nb::arg("k"),
-        nb::arg("k_scale"), nb::arg("ranges"), nb::arg("scores"), nb::arg("threads"));
+        nb::arg("k_scale"), nb::arg("ranges"), nb::arg("scores"), nb::arg("threads"), nb::arg("stream"));
   m.def("lightning_indexer_scores_paged", &lightning_indexer_scores_paged, nb::arg("q"), nb::arg("w"),
         nb::arg("cache"), nb::arg("block_table"), nb::arg("block_size"), nb::arg("ranges"), nb::arg("scores"),
-        nb::arg("threads"));
+        nb::arg("threads"), nb::arg("stream"));
   m.def("lightning_indexer_backward", &lightning_indexer_backward, nb::arg("q"), nb::arg("w"), nb::arg("k"),
         nb::arg("k_scale"), nb::arg("ranges"), nb::arg("grad_scores"), nb::arg("grad_q").none(),
-        nb::arg("grad_w").none(), nb::arg("grad_k").none(), nb::arg("threads"));
+        nb::arg("grad_w").none(), nb::arg("grad_k").none(), nb::arg("threads"), nb::arg("stream"));
   m.def("lightning_indexer_weights", &lightning_indexer_weights, nb::arg("proj"), nb::arg("q_scale"), nb::arg("w"),
-        nb::arg("head_scale"), nb::arg("dim_scale"), nb::arg("threads"));
+        nb::arg("head_scale"), nb::arg("dim_scale"), nb::arg("threads"), nb::arg("stream"));
 }
 
 }  // namespace dsa_py

@@ -16,37 +16,35 @@ dsa::moe_scoring parse_scoring(std::string_view s) {
 
 void moe_route(nb::handle logits, nb::handle bias, nb::handle expert_ids, nb::handle weights, dsa::index_t top_k,
                dsa::index_t n_group, dsa::index_t topk_group, std::string_view scoring, bool norm_topk_prob,
-               float routed_scaling_factor, int threads) {
-  constexpr std::string_view op = "moe_route";
-  const input<float, 2> li(logits, op, "logits");
-  ro_array kb;
-  const auto bv = optional_input<float, 1>(bias, kb, op, "bias");
-  output<std::int32_t, 2> io(expert_ids, op, "expert_ids");
-  output<float, 2> wo(weights, op, "weights");
-  dsa::moe_routing_config cfg;
-  cfg.top_k = top_k;
-  cfg.n_group = n_group;
-  cfg.topk_group = topk_group;
-  cfg.scoring = parse_scoring(scoring);
-  cfg.norm_topk_prob = norm_topk_prob;
-  cfg.routed_scaling_factor = routed_scaling_factor;
-  const auto be = cpu_backend(threads, op);
-  nogil g;
-  dsa::moe_route(be, li.view, bv, io.view, wo.view, cfg);
+               float routed_scaling_factor, int threads, std::uintptr_t stream) {
+  on_device_of(logits, "moe_route", "logits", threads, stream, [&](const auto& p) {
+    const auto li = in<float, 2>(p, logits, "logits");
+    ro_array kb;
+    const auto bv = optional_in<float, 1>(p, bias, kb, "bias");
+    const auto io = out<std::int32_t, 2>(p, expert_ids, "expert_ids");
+    const auto wo = out<float, 2>(p, weights, "weights");
+    dsa::moe_routing_config cfg;
+    cfg.top_k = top_k;
+    cfg.n_group = n_group;
+    cfg.topk_group = topk_group;
+    cfg.scoring = parse_scoring(scoring);
+    cfg.norm_topk_prob = norm_topk_prob;
+    cfg.routed_scaling_factor = routed_scaling_factor;
+    p.run([&](const auto& be) { DSA_PY_CALL(moe_route, be, li.view, bv, io.view, wo.view, cfg); });
+  });
 }
 
 void moe_combine(nb::handle expert_out, nb::handle rows, nb::handle weights, nb::handle shared, nb::handle y,
-                 int threads) {
-  constexpr std::string_view op = "moe_combine";
-  const input<dsa::bf16, 2> ei(expert_out, op, "expert_out");
-  const input<std::int32_t, 2> ri(rows, op, "rows");
-  const input<float, 2> wi(weights, op, "weights");
-  ro_array ks;
-  const auto sv = optional_input<dsa::bf16, 2>(shared, ks, op, "shared");
-  output<dsa::bf16, 2> yo(y, op, "y");
-  const auto be = cpu_backend(threads, op);
-  nogil g;
-  dsa::moe_combine(be, ei.view, ri.view, wi.view, sv, yo.view);
+                 int threads, std::uintptr_t stream) {
+  on_device_of(expert_out, "moe_combine", "expert_out", threads, stream, [&](const auto& p) {
+    const auto ei = in<dsa::bf16, 2>(p, expert_out, "expert_out");
+    const auto ri = in<std::int32_t, 2>(p, rows, "rows");
+    const auto wi = in<float, 2>(p, weights, "weights");
+    ro_array ks;
+    const auto sv = optional_in<dsa::bf16, 2>(p, shared, ks, "shared");
+    const auto yo = out<dsa::bf16, 2>(p, y, "y");
+    p.run([&](const auto& be) { DSA_PY_CALL(moe_combine, be, ei.view, ri.view, wi.view, sv, yo.view); });
+  });
 }
 
 }  // namespace
@@ -54,9 +52,9 @@ void moe_combine(nb::handle expert_out, nb::handle rows, nb::handle weights, nb:
 void bind_moe(nb::module_& m) {
   m.def("moe_route", &moe_route, nb::arg("logits"), nb::arg("bias").none(), nb::arg("expert_ids"),
         nb::arg("weights"), nb::arg("top_k"), nb::arg("n_group"), nb::arg("topk_group"), nb::arg("scoring"),
-        nb::arg("norm_topk_prob"), nb::arg("routed_scaling_factor"), nb::arg("threads"));
+        nb::arg("norm_topk_prob"), nb::arg("routed_scaling_factor"), nb::arg("threads"), nb::arg("stream"));
   m.def("moe_combine", &moe_combine, nb::arg("expert_out"), nb::arg("rows"), nb::arg("weights"),
-        nb::arg("shared").none(), nb::arg("y"), nb::arg("threads"));
+        nb::arg("shared").none(), nb::arg("y"), nb::arg("threads"), nb::arg("stream"));
 }
 
 }  // namespace dsa_py
