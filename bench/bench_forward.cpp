@@ -11,6 +11,15 @@
 //                                    index_topk 128: attention reads 128 of the L cached rows
 //   BM_forward_decode_dense_baseline the same checkpoint with index_topk >= L: every cached row
 //                                    is selected, i.e. MLA decode without sparse attention
+//   BM_forward_tiny_decode           the golden tiny model's sizes (tiny_config: hidden 256,
+//                                    3 layers): a few microseconds of arithmetic per op, so this
+//                                    measures the per-call overheads (allocations, thread wake-ups)
+//   BM_forward_v32_*                 DeepSeek-V3.2's layer geometry, when DSA_BENCH_V32_DIR names
+//                                    a checkpoint written by dsa_make_tiny_model with the command
+//                                    of docs/performance.md (2 layers, 32 experts, 5.96 GB): prefill
+//                                    of 512 tokens, decode after it; counters GB/s of weights read
+//                                    per decode token (the estimate dsa_run prints)
+// Arg fp32: 1 runs the FP8 linears with cpu_backend::fp8_block_dot = fp8_dot::fp32, 0 exact.
 // Counters: tokens/s from the MEDIAN iteration (each op of the forward pass waits for its pooled
 // workers, so on a shared machine one descheduled worker can stall a whole iteration; the
 // median ignores such outliers, the reported mean time does not), and the per-phase share of
@@ -21,6 +30,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -55,16 +65,23 @@ dsa::model::config bench_config() {
 }
 
 // The checkpoint, written once per process into a temporary directory (removed at exit); a
-// second directory shares its weights file and differs only in index_topk (the dense baseline).
+// second directory shares its weights file (a hard link) and differs only in index_topk (the
+// dense baseline).
 struct bench_model {
   fs::path dir = fs::temp_directory_path() / ("dsa_bench_forward_" + std::to_string(::getpid()));
   fs::path sparse_dir = dir / "sparse";
   fs::path dense_dir = dir / "dense";
+  fs::path tiny_dir = dir / "tiny";
   bench_model() {
     fs::remove_all(dir);
     dsa::model::write_random_checkpoint(sparse_dir, bench_config(), 1);
+    dsa::model::write_random_checkpoint(tiny_dir, dsa::model::tiny_config(), 1);
     fs::create_directories(dense_dir);
-    fs::create_symlink(sparse_dir / "model.safetensors", dense_dir / "model.safetensors");
+    // A hard link (or a copy): the loader refuses a shard that resolves outside its directory, as
+    // a symbolic link to the sparse model's file does.
+    std::error_code ec;
+    fs::create_hard_link(sparse_dir / "model.safetensors", dense_dir / "model.safetensors", ec);
+    if (ec) fs::copy_file(sparse_dir / "model.safetensors", dense_dir / "model.safetensors");
     dsa::model::config dense = bench_config();
     dense.index_topk = kDecodeContext + kDecodeSteps + 1;
     std::ofstream(dense_dir / "config.json") << dense.to_json().dump(2) << "\n";
@@ -101,9 +118,14 @@ void phase_counters(benchmark::State& state, const dsa::model::phase_times& t) {
   state.counters["other_%"] = 100.0 * t.other / total;
 }
 
-// Arg: prompt tokens T.
-void BM_forward_prefill(benchmark::State& state) {
-  auto m = dsa::model::transformer<dsa::cpu_backend>::load(model_files().sparse_dir, dsa::cpu);
+dsa::cpu_backend backend(std::int64_t fp32) {
+  dsa::cpu_backend be{};
+  be.fp8_block_dot = fp32 != 0 ? dsa::fp8_dot::fp32 : dsa::fp8_dot::exact;
+  return be;
+}
+
+void prefill(benchmark::State& state, const fs::path& dir) {
+  auto m = dsa::model::transformer<dsa::cpu_backend>::load(dir, backend(state.range(1)));
   const index_t n = state.range(0);
   const auto ids = prompt(n, m.config().vocab_size);
   m.reset_phase_times();
@@ -119,10 +141,44 @@ void BM_forward_prefill(benchmark::State& state) {
   state.counters["tokens/s"] = static_cast<double>(n) / median(times);
   phase_counters(state, m.phase_times());
 }
-BENCHMARK(BM_forward_prefill)->ArgName("tokens")->Arg(64)->Arg(256)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// Args: prompt tokens T, fp32.
+void BM_forward_prefill(benchmark::State& state) { prefill(state, model_files().sparse_dir); }
+BENCHMARK(BM_forward_prefill)
+    ->ArgNames({"tokens", "fp32"})
+    ->ArgsProduct({{64, 256}, {0, 1}})
+    ->Iterations(3)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Bytes of weights one decode token reads (the estimate of dsa_run: every projection once, the
+// absorbed decode's bf16 wkv_b copies, num_experts_per_tok routed experts and the shared ones,
+// lm_head).
+double decode_weight_bytes(const dsa::model::weights& w) {
+  const auto& c = w.config();
+  auto lin = [](const dsa::model::linear_weight& l) {
+    return l.fp8() ? static_cast<double>(l.q.size()) + 4.0 * static_cast<double>(l.scale.size())
+                   : 2.0 * static_cast<double>(l.w.size());
+  };
+  auto mlp = [&](const dsa::model::mlp_weights& m) { return lin(m.gate_proj) + lin(m.up_proj) + lin(m.down_proj); };
+  double b = 2.0 * static_cast<double>(w.lm_head.size());
+  for (const auto& l : w.layers) {
+    const auto& a = l.attn;
+    b += lin(a.q_a_proj) + lin(a.q_b_proj) + lin(a.kv_a_proj_with_mqa) + lin(a.o_proj) + lin(a.indexer.wq_b) +
+         lin(a.indexer.wk) + 2.0 * static_cast<double>(a.indexer.weights_proj.size());
+    b += 2.0 * static_cast<double>(c.num_attention_heads * c.kv_lora_rank * (c.qk_nope_head_dim + c.v_head_dim));
+    if (l.mlp) b += mlp(*l.mlp);
+    if (l.moe) {
+      b += 2.0 * static_cast<double>(l.moe->gate.size());
+      if (!l.moe->experts.empty()) b += mlp(l.moe->experts[0]) * static_cast<double>(c.num_experts_per_tok);
+      if (l.moe->shared_experts) b += mlp(*l.moe->shared_experts);
+    }
+  }
+  return b;
+}
 
 void decode(benchmark::State& state, const fs::path& dir) {
-  auto m = dsa::model::transformer<dsa::cpu_backend>::load(dir, dsa::cpu);
+  auto m = dsa::model::transformer<dsa::cpu_backend>::load(dir, backend(state.range(1)));
   const index_t context = state.range(0);
   auto seq = m.new_sequence(context + kDecodeSteps + 1);
   dsa::model::forward_options chunked;
@@ -140,18 +196,78 @@ void decode(benchmark::State& state, const fs::path& dir) {
   }
   state.counters["tokens/s"] = 1.0 / median(times);
   state.counters["index_topk"] = static_cast<double>(m.config().index_topk);
+  state.counters["weights_GB/s"] = decode_weight_bytes(m.weights()) / median(times) * 1e-9;
   phase_counters(state, m.phase_times());
 }
 
-// Arg: context L (tokens already in the caches).
+// Args: context L (tokens already in the caches), fp32.
 void BM_forward_decode(benchmark::State& state) { decode(state, model_files().sparse_dir); }
-BENCHMARK(BM_forward_decode)->ArgName("context")->Arg(kDecodeContext)->Iterations(kDecodeSteps)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_forward_decode)
+    ->ArgNames({"context", "fp32"})
+    ->ArgsProduct({{kDecodeContext}, {0, 1}})
+    ->Iterations(kDecodeSteps)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 void BM_forward_decode_dense_baseline(benchmark::State& state) { decode(state, model_files().dense_dir); }
 BENCHMARK(BM_forward_decode_dense_baseline)
-    ->ArgName("context")
-    ->Arg(kDecodeContext)
+    ->ArgNames({"context", "fp32"})
+    ->Args({kDecodeContext, 0})
     ->Iterations(kDecodeSteps)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The golden tiny model's sizes, 64 decode steps after a 16-token prompt (the tiny-model
+// comparison): per-call overheads dominate at this width.
+void BM_forward_tiny_decode(benchmark::State& state) {
+  auto m = dsa::model::transformer<dsa::cpu_backend>::load(model_files().tiny_dir, backend(state.range(0)));
+  auto seq = m.new_sequence(16 + 64 * 16 + 1);
+  auto logits = m.forward(seq, prompt(16, m.config().vocab_size));
+  m.reset_phase_times();
+  std::vector<double> times;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 64; ++i) {
+      const std::int32_t next = dsa::model::greedy_token(logits);
+      logits = m.forward(seq, std::span<const std::int32_t>(&next, 1));
+    }
+    benchmark::DoNotOptimize(logits.data());
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    state.SetIterationTime(times.back());
+  }
+  state.counters["tokens/s"] = 64.0 / median(times);
+  phase_counters(state, m.phase_times());
+}
+BENCHMARK(BM_forward_tiny_decode)->ArgName("fp32")->Arg(0)->Arg(1)->Iterations(8)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// DeepSeek-V3.2's layer geometry from DSA_BENCH_V32_DIR (skipped without it).
+const char* v32_dir() { return std::getenv("DSA_BENCH_V32_DIR"); }
+
+void BM_forward_v32_prefill(benchmark::State& state) {
+  if (v32_dir() == nullptr) {
+    state.SkipWithError("DSA_BENCH_V32_DIR is not set (a checkpoint written with the command of docs/performance.md)");
+    return;
+  }
+  prefill(state, v32_dir());
+}
+BENCHMARK(BM_forward_v32_prefill)
+    ->ArgNames({"tokens", "fp32"})
+    ->ArgsProduct({{512}, {0, 1}})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_forward_v32_decode(benchmark::State& state) {
+  if (v32_dir() == nullptr) {
+    state.SkipWithError("DSA_BENCH_V32_DIR is not set (a checkpoint written with the command of docs/performance.md)");
+    return;
+  }
+  decode(state, v32_dir());
+}
+BENCHMARK(BM_forward_v32_decode)
+    ->ArgNames({"context", "fp32"})
+    ->ArgsProduct({{512}, {0, 1}})
+    ->Iterations(6)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -1,16 +1,35 @@
-// Dense linear layers at DeepSeek-V3.2 sizes (a 7168 -> 2048 projection, e.g. a MoE expert's
-// w1/w3 or the shared expert):
-//  - fp8_linear at t = 1 (decode: a GEMV, judged by weight bytes/s against memory bandwidth) and
-//    t = 256 (prefill: a GEMM, judged by FLOP/s);
-//  - baseline beside each: an Eigen fp32 GEMM/GEMV of the same shape on the same threads (the
-//    work a dequantize-then-sgemm implementation would do, with 4x the weight bytes);
-//  - linear (bf16 x bf16 -> bf16) at the same shapes for reference.
-// Arg: threads (0 = every hardware thread).
+// Dense linear layers at DeepSeek-V3.2 sizes, against this machine's limits measured in the same
+// run (issue 13):
+//  - fp8_linear decode (t = 1 and 4 rows): a GEMV, judged by the weight bytes it streams per
+//    second against the memory bandwidth. The weights come from DRAM: each iteration takes the
+//    next of a pool of copies larger than twice the last-level cache (a decode step's layers
+//    evict each other), for the shapes of a routed expert (7168 -> 2048), the dense FFN's up
+//    projection (7168 -> 18432), its down projection (18432 -> 7168) and o_proj (16384 -> 7168);
+//  - fp8_linear prefill (t = 64 and 256): a GEMM, judged by FLOP/s against the fp32 FMA peak;
+//  - both block-dot modes (cpu_backend::fp8_block_dot: exact, fp32), 1 and 2 threads;
+//  - bf16 linear decode (lm_head-like 7168 -> 32768, bf16 weights from DRAM) and prefill;
+//  - baselines beside them: an Eigen fp32 GEMM/GEMV of the same shape (the work a
+//    dequantize-then-sgemm implementation does, with 4x the weight bytes), and the probes.
+// Probes (measured once per thread count, the first time a benchmark needs them, and also run
+// as benchmarks of their own): fp32 FMA peak with 8-wide vectors (bench_machine's probe) and
+// with the widest vectors of the target (16-wide with AVX-512, where two FMA units may double
+// it), and the copy, triad and read-only bandwidths over arrays 4x the last-level cache.
+// Counters: GB/s (weight bytes, decode) or GFLOP/s (2 t in out, prefill), and of_bw (GB/s over
+// the better of the copy and triad probes at the same thread count, as docs/performance.md
+// counts "of bandwidth"), of_read (over the read probe), of_peak8 and of_peak16 (FLOP/s over
+// the 8-wide and the widest FMA probes).
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "dsa/cpu/linear.hpp"
@@ -23,114 +42,332 @@ using dsa::bf16;
 using dsa::fp8_e4m3;
 using dsa::index_t;
 
-constexpr index_t kIn = 7168;
-constexpr index_t kOut = 2048;
+// ---- probes ---------------------------------------------------------------------------------------
 
-struct weights {
-  std::vector<fp8_e4m3> q;
-  std::vector<float> s;
-  std::vector<float> f;  // the dequantized weights, for the fp32 baseline
-  std::vector<bf16> b;
-  weights() : q(static_cast<std::size_t>(kOut * kIn)), s(static_cast<std::size_t>((kOut / 128) * (kIn / 128))) {
-    std::mt19937_64 rng(7);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    for (auto& v : q) v = fp8_e4m3(d(rng) * 64.0f);
-    for (auto& v : s) v = 3e-4f * (1.0f + 0.1f * d(rng));
-    f.resize(q.size());
-    b.resize(q.size());
-    for (index_t n = 0; n < kOut; ++n) {
-      for (index_t k = 0; k < kIn; ++k) {
-        const std::size_t i = static_cast<std::size_t>(n * kIn + k);
-        f[i] = q[i].to_float() * s[static_cast<std::size_t>((n / 128) * (kIn / 128) + k / 128)];
-        b[i] = bf16(f[i]);
-      }
+constexpr std::size_t kProbeBytes = std::size_t{512} << 20;  // per array: 2x a 256 MB last-level cache
+
+typedef float v8f __attribute__((vector_size(32)));
+#if defined(__AVX512F__)
+typedef float vwide __attribute__((vector_size(64)));
+#else
+typedef float vwide __attribute__((vector_size(32)));
+#endif
+
+template <class V>
+double fma_probe_once() {
+  constexpr int chains = 16;
+  constexpr long iters = 1 << 18;
+  V acc[chains];
+  for (int c = 0; c < chains; ++c) acc[c] = V{} + 1.0f + 0.001f * static_cast<float>(c);
+  const V a = V{} + 0.999999f, b = V{} + 1e-7f;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < iters; ++i) {
+    for (int c = 0; c < chains; ++c) acc[c] = acc[c] * a + b;
+  }
+  for (int c = 0; c < chains; ++c) benchmark::DoNotOptimize(acc[c]);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 2.0 * (sizeof(V) / sizeof(float)) * chains * iters / s;
+}
+
+// The best of `reps` runs of f on each of `threads` threads at once (std::threads, so that the
+// probe does not depend on the pool), summed over the threads.
+template <class F>
+double per_thread_best(int threads, int reps, F f) {
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<double> v(static_cast<std::size_t>(threads));
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t) ts.emplace_back([&, t] { v[static_cast<std::size_t>(t)] = f(t); });
+    for (auto& t : ts) t.join();
+    double sum = 0;
+    for (double x : v) sum += x;
+    best = std::max(best, sum);
+  }
+  return best;
+}
+
+struct bandwidth_arrays {
+  std::vector<std::vector<float>> a, b, c;
+  explicit bandwidth_arrays(int threads) {
+    const std::size_t n = kProbeBytes / sizeof(float) / static_cast<std::size_t>(threads);
+    for (int t = 0; t < threads; ++t) {
+      a.emplace_back(n, 1.0f);
+      b.emplace_back(n, 2.0f);
+      c.emplace_back(n, 3.0f);
     }
   }
 };
 
-const weights& w() {
-  static const weights v;
-  return v;
+struct probes {
+  double peak8 = 0, peak_wide = 0, copy = 0, triad = 0, read = 0;
+};
+
+probes measure_probes(int threads) {
+  probes p;
+  p.peak8 = per_thread_best(threads, 3, [](int) { return fma_probe_once<v8f>(); });
+  p.peak_wide = per_thread_best(threads, 3, [](int) { return fma_probe_once<vwide>(); });
+  bandwidth_arrays arr(threads);
+  const std::size_t n = arr.a[0].size();
+  p.copy = per_thread_best(threads, 3, [&](int t) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(arr.b[static_cast<std::size_t>(t)].data(), arr.a[static_cast<std::size_t>(t)].data(), n * sizeof(float));
+    benchmark::ClobberMemory();
+    return 2.0 * n * sizeof(float) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  p.triad = per_thread_best(threads, 3, [&](int t) {
+    float* __restrict__ pa = arr.a[static_cast<std::size_t>(t)].data();
+    const float* __restrict__ pb = arr.b[static_cast<std::size_t>(t)].data();
+    const float* __restrict__ pc = arr.c[static_cast<std::size_t>(t)].data();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < n; ++i) pa[i] = pb[i] + 3.0f * pc[i];
+    benchmark::ClobberMemory();
+    return 3.0 * n * sizeof(float) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  p.read = per_thread_best(threads, 3, [&](int t) {
+    const float* pa = arr.a[static_cast<std::size_t>(t)].data();
+    vwide s0{}, s1{}, s2{}, s3{};
+    constexpr std::size_t w = sizeof(vwide) / sizeof(float);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i + 4 * w <= n; i += 4 * w) {
+      vwide x0, x1, x2, x3;
+      std::memcpy(&x0, pa + i, sizeof x0);
+      std::memcpy(&x1, pa + i + w, sizeof x1);
+      std::memcpy(&x2, pa + i + 2 * w, sizeof x2);
+      std::memcpy(&x3, pa + i + 3 * w, sizeof x3);
+      s0 += x0;
+      s1 += x1;
+      s2 += x2;
+      s3 += x3;
+    }
+    benchmark::DoNotOptimize(s0 + s1 + s2 + s3);
+    return 1.0 * n * sizeof(float) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  return p;
 }
 
-std::vector<bf16> activations(index_t t) {
-  std::mt19937_64 rng(static_cast<std::uint64_t>(t));
+const probes& probe(int threads) {
+  static std::mutex m;
+  static std::map<int, probes> cache;
+  std::lock_guard<std::mutex> lock(m);
+  auto it = cache.find(threads);
+  if (it == cache.end()) it = cache.emplace(threads, measure_probes(threads)).first;
+  return it->second;
+}
+
+int threads_of(const benchmark::State& state) {
+  return dsa::cpu_detail::thread_count(dsa::cpu_backend{static_cast<int>(state.range(1))});
+}
+
+void BM_probe(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  probes p;
+  for (auto _ : state) p = measure_probes(threads);
+  state.counters["peak8_GFLOP/s"] = p.peak8 * 1e-9;
+  state.counters["peak16_GFLOP/s"] = p.peak_wide * 1e-9;
+  state.counters["copy_GB/s"] = p.copy * 1e-9;
+  state.counters["triad_GB/s"] = p.triad * 1e-9;
+  state.counters["read_GB/s"] = p.read * 1e-9;
+}
+BENCHMARK(BM_probe)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// ---- weights --------------------------------------------------------------------------------------
+
+struct shape {
+  index_t in, out;
+};
+// Arg 2 of the fp8 benchmarks.
+constexpr shape kShapes[] = {{7168, 2048}, {7168, 18432}, {18432, 7168}, {16384, 7168}};
+
+// Checkpoint-like FP8 weights: normal values quantized per 128 x 128 block (codes of every
+// magnitude, a few subnormal ones), `copies` copies in one allocation.
+struct fp8_pool {
+  index_t in, out, copies;
+  std::vector<fp8_e4m3> q;
+  std::vector<float> s;
+  fp8_pool(shape sh, index_t n) : in(sh.in), out(sh.out), copies(n) {
+    const std::size_t per = static_cast<std::size_t>(in * out);
+    q.resize(per * static_cast<std::size_t>(copies));
+    s.resize(static_cast<std::size_t>(((out + 127) / 128) * (in / 128)));
+    std::mt19937_64 rng(7);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (std::size_t i = 0; i < per; ++i) q[i] = fp8_e4m3(d(rng) * 100.0f);
+    for (index_t c = 1; c < copies; ++c) std::memcpy(q.data() + per * static_cast<std::size_t>(c), q.data(), per);
+    for (auto& v : s) v = 2e-4f * (1.0f + 0.1f * d(rng));
+  }
+  std::size_t bytes_per_copy() const { return static_cast<std::size_t>(in * out) + s.size() * sizeof(float); }
+  const fp8_e4m3* copy(index_t c) const { return q.data() + static_cast<std::size_t>(in * out) * static_cast<std::size_t>(c); }
+};
+
+// The pool of a shape and residency (from memory: copies for >= 768 MB; cached: one copy). One
+// pool is kept at a time (the benchmarks are registered shape by shape).
+const fp8_pool& pool(int shape_index, bool from_memory) {
+  static std::mutex m;
+  static std::pair<int, bool> key{-1, false};
+  static std::unique_ptr<fp8_pool> p;
+  std::lock_guard<std::mutex> lock(m);
+  if (!p || key != std::pair<int, bool>{shape_index, from_memory}) {
+    p.reset();
+    const shape sh = kShapes[shape_index];
+    const std::size_t per = static_cast<std::size_t>(sh.in * sh.out);
+    const index_t copies = from_memory ? static_cast<index_t>(std::max<std::size_t>(2, (std::size_t{768} << 20) / per + 1)) : 1;
+    p = std::make_unique<fp8_pool>(sh, copies);
+    key = {shape_index, from_memory};
+  }
+  return *p;
+}
+
+std::vector<bf16> activations(index_t t, index_t in) {
+  std::mt19937_64 rng(static_cast<std::uint64_t>(t * 131 + in));
   std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<bf16> x(static_cast<std::size_t>(t * kIn));
+  std::vector<bf16> x(static_cast<std::size_t>(t * in));
   for (auto& v : x) v = bf16(d(rng));
   return x;
 }
 
-void set_counters(benchmark::State& state, index_t t, double weight_bytes_per_element) {
-  const double flops = 2.0 * static_cast<double>(t) * kIn * kOut;
-  const double bytes = weight_bytes_per_element * kIn * kOut + 2.0 * static_cast<double>(t) * (kIn + kOut);
-  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["bytes/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
+// Times the benchmark loop itself (wall clock), so that the fractions of the limits can be plain
+// numbers: Google Benchmark's rate counters divide by time, not by a probe.
+struct loop_timer {
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
+
+void ratio_counters(benchmark::State& state, const loop_timer& timer, double bytes, double flops) {
+  const probes& p = probe(threads_of(state));
+  const double iters = static_cast<double>(state.iterations());
+  const double secs = timer.seconds();
+  const double bw = bytes * iters / secs, fl = flops * iters / secs;
+  state.counters["GB/s"] = bw * 1e-9;
+  state.counters["GFLOP/s"] = fl * 1e-9;
+  state.counters["of_bw"] = bw / std::max(p.copy, p.triad);
+  state.counters["of_read"] = bw / p.read;
+  state.counters["of_peak8"] = fl / p.peak8;
+  state.counters["of_peak16"] = fl / p.peak_wide;
 }
 
-// Arg 0: tokens t, arg 1: threads.
+// ---- fp8_linear -----------------------------------------------------------------------------------
+
+// Args: t, threads, shape index, mode (0 exact, 1 fp32), from memory (1) or cached (0).
 void BM_fp8_linear(benchmark::State& state) {
   const index_t t = state.range(0);
-  const dsa::cpu_backend be{static_cast<int>(state.range(1))};
-  const std::vector<bf16> x = activations(t);
-  std::vector<bf16> y(static_cast<std::size_t>(t * kOut));
-  const weights& ww = w();
+  dsa::cpu_backend be{static_cast<int>(state.range(1))};
+  be.fp8_block_dot = state.range(3) == 1 ? dsa::fp8_dot::fp32 : dsa::fp8_dot::exact;
+  const fp8_pool& w = pool(static_cast<int>(state.range(2)), state.range(4) == 1);
+  probe(threads_of(state));  // measured before the timing starts
+  const std::vector<bf16> x = activations(t, w.in);
+  std::vector<bf16> y(static_cast<std::size_t>(t * w.out));
+  index_t c = 0;
+  const loop_timer timer;
   for (auto _ : state) {
-    dsa::fp8_linear(be, dsa::make_view(x.data(), {t, kIn}), dsa::make_view(ww.q.data(), {kOut, kIn}),
-                    dsa::make_view(ww.s.data(), {kOut / 128, kIn / 128}), dsa::make_view(y.data(), {t, kOut}));
+    dsa::fp8_linear(be, dsa::make_view(x.data(), {t, w.in}), dsa::make_view(w.copy(c), {w.out, w.in}),
+                    dsa::make_view(w.s.data(), {(w.out + 127) / 128, w.in / 128}), dsa::make_view(y.data(), {t, w.out}));
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
+    c = (c + 1) % w.copies;
   }
-  set_counters(state, t, 1.0 + 4.0 / (128.0 * 128.0));
+  ratio_counters(state, timer, static_cast<double>(w.bytes_per_copy()), 2.0 * static_cast<double>(t) * w.in * w.out);
+  state.SetLabel(be.fp8_block_dot == dsa::fp8_dot::fp32 ? "fp32 dot" : "exact dot");
 }
 
-// Baseline: Eigen fp32 GEMM (GEMV for t = 1) of the same shape with fp32 weights, output
-// columns split over the same threads.
+void decode_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"t", "threads", "shape", "fp32", "dram"});
+  for (int s = 0; s < 4; ++s) {
+    for (int th : {1, 2}) {
+      for (int mode : {0, 1}) {
+        for (index_t t : {1, 4}) b->Args({t, th, s, mode, 1});
+      }
+    }
+  }
+  b->UseRealTime()->MinTime(0.3)->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_fp8_linear)->Name("BM_fp8_linear_decode")->Apply(decode_args);
+
+void prefill_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"t", "threads", "shape", "fp32", "dram"});
+  for (int th : {1, 2}) {
+    for (int mode : {0, 1}) {
+      for (index_t t : {64, 256}) b->Args({t, th, 0, mode, 0});
+    }
+  }
+  b->UseRealTime()->MinTime(0.5)->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_fp8_linear)->Name("BM_fp8_linear_prefill")->Apply(prefill_args);
+
+// Baseline: Eigen fp32 GEMM (GEMV for t = 1) of the expert shape with dequantized fp32 weights
+// (cached), output columns split over the same threads.
 void BM_eigen_sgemm_baseline(benchmark::State& state) {
   using mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const index_t t = state.range(0);
   const dsa::cpu_backend be{static_cast<int>(state.range(1))};
-  const std::vector<bf16> xb = activations(t);
+  const shape sh = kShapes[0];
+  const fp8_pool& w = pool(0, false);
+  probe(threads_of(state));
+  std::vector<float> wf(static_cast<std::size_t>(sh.in * sh.out));
+  for (index_t n = 0; n < sh.out; ++n) {
+    for (index_t k = 0; k < sh.in; ++k) {
+      const std::size_t i = static_cast<std::size_t>(n * sh.in + k);
+      wf[i] = w.q[i].to_float() * w.s[static_cast<std::size_t>((n / 128) * (sh.in / 128) + k / 128)];
+    }
+  }
+  const std::vector<bf16> xb = activations(t, sh.in);
   std::vector<float> x(xb.size());
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = xb[i].to_float();
-  std::vector<float> y(static_cast<std::size_t>(t * kOut));
-  const weights& ww = w();
+  std::vector<float> y(static_cast<std::size_t>(t * sh.out));
   const index_t threads = dsa::cpu_detail::thread_count(be);
+  const loop_timer timer;
   for (auto _ : state) {
     dsa::cpu_detail::parallel_for(be, threads, 1, [&](index_t b, index_t e) {
-      const index_t n0 = kOut * b / threads, n1 = kOut * e / threads;
-      Eigen::Map<const mat> xm(x.data(), t, kIn);
-      Eigen::Map<const mat> wm(ww.f.data() + n0 * kIn, n1 - n0, kIn);
-      Eigen::Map<mat, 0, Eigen::OuterStride<>> ym(y.data() + n0, t, n1 - n0, Eigen::OuterStride<>(kOut));
+      const index_t n0 = sh.out * b / threads, n1 = sh.out * e / threads;
+      Eigen::Map<const mat> xm(x.data(), t, sh.in);
+      Eigen::Map<const mat> wm(wf.data() + n0 * sh.in, n1 - n0, sh.in);
+      Eigen::Map<mat, 0, Eigen::OuterStride<>> ym(y.data() + n0, t, n1 - n0, Eigen::OuterStride<>(sh.out));
       ym.noalias() = xm * wm.transpose();
     });
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  set_counters(state, t, 4.0);
+  ratio_counters(state, timer, 4.0 * sh.in * sh.out, 2.0 * static_cast<double>(t) * sh.in * sh.out);
 }
+BENCHMARK(BM_eigen_sgemm_baseline)
+    ->ArgNames({"t", "threads"})
+    ->Args({1, 1})->Args({1, 2})->Args({256, 1})->Args({256, 2})
+    ->UseRealTime()->MinTime(0.3)->Unit(benchmark::kMillisecond);
 
+// ---- bf16 linear ----------------------------------------------------------------------------------
+
+// lm_head-like: 7168 -> 32768 bf16 (470 MB), two copies (from DRAM) for t = 1, 4; the expert
+// shape (cached) for prefill. fp32 logits out, as the model's lm_head.
 void BM_linear_bf16(benchmark::State& state) {
   const index_t t = state.range(0);
   const dsa::cpu_backend be{static_cast<int>(state.range(1))};
-  const std::vector<bf16> x = activations(t);
-  std::vector<bf16> y(static_cast<std::size_t>(t * kOut));
-  const weights& ww = w();
+  const bool decode = t <= 4;
+  const index_t in = 7168, out = decode ? 32768 : 2048, copies = decode ? 2 : 1;
+  static std::vector<bf16> big, small;
+  std::vector<bf16>& w = decode ? big : small;
+  const std::size_t per = static_cast<std::size_t>(in * out);
+  if (w.size() != per * static_cast<std::size_t>(copies)) {
+    w.resize(per * static_cast<std::size_t>(copies));
+    std::mt19937_64 rng(9);
+    std::normal_distribution<float> d(0.0f, 0.01f);
+    for (std::size_t i = 0; i < per; ++i) w[i] = bf16(d(rng));
+    for (index_t c = 1; c < copies; ++c) std::memcpy(w.data() + per * static_cast<std::size_t>(c), w.data(), per * sizeof(bf16));
+  }
+  probe(threads_of(state));
+  const std::vector<bf16> x = activations(t, in);
+  std::vector<float> y(static_cast<std::size_t>(t * out));
+  index_t c = 0;
+  const loop_timer timer;
   for (auto _ : state) {
-    dsa::linear(be, dsa::make_view(x.data(), {t, kIn}), dsa::make_view(ww.b.data(), {kOut, kIn}),
-                dsa::make_view(y.data(), {t, kOut}));
+    dsa::linear(be, dsa::make_view(x.data(), {t, in}), dsa::make_view(w.data() + per * static_cast<std::size_t>(c), {out, in}),
+                dsa::make_view(y.data(), {t, out}));
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
+    c = (c + 1) % copies;
   }
-  set_counters(state, t, 2.0);
+  ratio_counters(state, timer, 2.0 * static_cast<double>(per), 2.0 * static_cast<double>(t) * in * out);
 }
-
-void shapes(benchmark::internal::Benchmark* b) {
-  b->Args({1, 0})->Args({256, 0})->UseRealTime()->MinTime(0.2)->Unit(benchmark::kMillisecond);
-}
-
-BENCHMARK(BM_fp8_linear)->Apply(shapes);
-BENCHMARK(BM_eigen_sgemm_baseline)->Apply(shapes);
-BENCHMARK(BM_linear_bf16)->Apply(shapes);
+BENCHMARK(BM_linear_bf16)
+    ->ArgNames({"t", "threads"})
+    ->Args({1, 1})->Args({1, 2})->Args({4, 2})->Args({256, 2})
+    ->UseRealTime()->MinTime(0.3)->Unit(benchmark::kMillisecond);
 
 }  // namespace

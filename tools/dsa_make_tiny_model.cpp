@@ -25,6 +25,11 @@ const char* const usage_text =
     "Writes DIR/config.json and DIR/model.safetensors: a DeepSeek-V3.2 checkpoint with random\n"
     "weights (FP8 block-quantized linears, as deepseek-ai/DeepSeek-V3.2) that dsa_run can load.\n"
     "The same seed and sizes always give the same bytes. Defaults are the golden tiny model's.\n"
+    "DeepSeek-V3.2's layer geometry with fewer layers and experts (docs/performance.md):\n"
+    "  --layers 2 --hidden 7168 --intermediate 18432 --moe-intermediate 2048 --heads 128\n"
+    "  --q-lora 1536 --kv-lora 512 --qk-nope 128 --qk-rope 64 --v-head 128 --experts 32\n"
+    "  --groups 8 --topk-groups 4 --experts-per-token 8 --index-heads 64 --index-topk 2048\n"
+    "  --vocab 129280 --max-position 163840  (5.96 GB, written as shards)\n"
     "\n"
     "  --seed N               random seed (default 1)\n"
     "  --layers N             num_hidden_layers, at most 1024 (3)\n"
@@ -35,6 +40,9 @@ const char* const usage_text =
     "  --heads N              num_attention_heads (4)\n"
     "  --q-lora N             q_lora_rank, a multiple of 128 (256)\n"
     "  --kv-lora N            kv_lora_rank, a multiple of 128 (256)\n"
+    "  --qk-nope N            qk_nope_head_dim: the non-rotary part of a query/key head (64)\n"
+    "  --qk-rope N            qk_rope_head_dim: the rotary part, even (64)\n"
+    "  --v-head N             v_head_dim: the value head (64)\n"
     "  --experts N            n_routed_experts, a multiple of --groups (16)\n"
     "  --groups N             n_group (4)\n"
     "  --topk-groups N        topk_group (2)\n"
@@ -44,7 +52,8 @@ const char* const usage_text =
     "  --index-topk N         index_topk: keys each query attends to, at most --max-position (32)\n"
     "  --vocab N              vocab_size, at most 2^24 (512)\n"
     "  --max-position N       max_position_embeddings; > 4096 turns YaRN on (8192)\n"
-    "  --threads N            threads for the weight quantization (default: all)\n"
+    "  --threads N            threads for the generation and quantization (default: all)\n"
+    "  --shard-mb N           write shards (one per layer) when the tensors exceed N MiB (4096)\n"
     "  -h, --help             this text\n";
 
 }  // namespace
@@ -57,6 +66,7 @@ int main(int argc, char** argv) {
     dsa::model::config cfg = dsa::model::tiny_config();
     std::uint64_t seed = 1;
     int threads = 0;
+    std::int64_t shard_mb = static_cast<std::int64_t>(dsa::model::random_checkpoint_shard_bytes >> 20);
     fs::path dir;
     for (int i = 1; i < argc; ++i) {
       const std::string_view a = argv[i];
@@ -87,6 +97,14 @@ int main(int argc, char** argv) {
           size(cfg.q_lora_rank, 1);
         } else if (a == "--kv-lora") {
           size(cfg.kv_lora_rank, 1);
+        } else if (a == "--qk-nope") {
+          size(cfg.qk_nope_head_dim, 1);
+        } else if (a == "--qk-rope") {
+          size(cfg.qk_rope_head_dim, 1);
+        } else if (a == "--v-head") {
+          size(cfg.v_head_dim, 1);
+        } else if (a == "--shard-mb") {
+          shard_mb = parse_int(a, v, 1, std::int64_t{1} << 40);
         } else if (a == "--experts") {
           size(cfg.n_routed_experts, 1);
         } else if (a == "--groups") {
@@ -118,10 +136,15 @@ int main(int argc, char** argv) {
     if (dir.empty()) throw dsa_tools::usage_error{"missing DIR"};
     // The loader's own checks (config::validate), so that no model it would refuse is written.
     cfg.validate("dsa_make_tiny_model");
-    dsa::model::write_random_checkpoint(dir, cfg, seed, dsa::cpu_backend{threads});
-    std::cout << "wrote " << (dir / "config.json").string() << " and " << (dir / "model.safetensors").string() << " ("
-              << fs::file_size(dir / "model.safetensors") << " bytes, seed " << seed << ")\n"
-              << cfg.to_string() << "\n";
+    dsa::model::write_random_checkpoint(dir, cfg, seed, dsa::cpu_backend{threads},
+                                        static_cast<std::uint64_t>(shard_mb) << 20);
+    // What the loader will read: the index's shards, or the single file.
+    const auto ck = dsa::safetensors_checkpoint::open(dir);
+    std::uint64_t bytes = 0;
+    for (const auto& shard : ck.shards()) bytes += fs::file_size(shard.path());
+    std::cout << "wrote " << (dir / "config.json").string() << " and " << ck.path().string();
+    if (ck.shards().size() > 1) std::cout << " (" << ck.shards().size() << " shards)";
+    std::cout << " (" << bytes << " bytes, seed " << seed << ")\n" << cfg.to_string() << "\n";
     return 0;
   } catch (const dsa_tools::usage_error& e) {
     std::cerr << "dsa_make_tiny_model: " << e.message << "\n\n" << usage_text;

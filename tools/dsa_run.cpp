@@ -1,17 +1,19 @@
 // dsa_run: generates tokens with the reference DeepSeek-V3.2 forward pass of dsa::model on the
 // CPU and reports where the time went.
 //
-//   dsa_run --model DIR --prompt-ids "1 2 3" --max-new-tokens N [--threads T]
+//   dsa_run --model DIR --prompt-ids "1 2 3" --max-new-tokens N [--threads T] [--fp8-dot exact|fp32]
 //           [--temperature X [--top-p P] [--seed S]] [--stop-at-eos] [--quiet]
 //
 // Greedy (argmax, ties to the smaller id) unless --temperature X > 0 is given; sampling is
 // seeded and reproducible (dsa::model::sampler). Prints the generated ids, tokens/s of the
-// prefill and of the decode, and the per-phase breakdown of each. A progress line goes to
-// stderr while a prefill runs longer than a second.
+// prefill and of the decode, and the per-phase breakdown of each; for the decode also the bytes
+// of weights one token reads and the bandwidth that makes. A progress line goes to stderr while
+// a prefill runs longer than a second.
 // Exit codes: 0 success; 2 usage error, unreadable or invalid model, or a failed forward pass.
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -46,6 +48,8 @@ const char* const usage_text =
     "  --prompt-ids IDS     prompt token ids, separated by spaces or commas\n"
     "  --max-new-tokens N   tokens to generate, N >= 0 (default 16)\n"
     "  --threads T          CPU threads, T >= 1 (default: every hardware thread)\n"
+    "  --fp8-dot MODE       FP8 linear block dots: exact (default) or fp32 (faster prefill;\n"
+    "                       docs/decisions.md)\n"
     "  --temperature X      sample at temperature X > 0; 0 or absent: greedy\n"
     "  --top-p P            nucleus sampling mass, 0 < P <= 1 (default 1; needs --temperature)\n"
     "  --seed S             sampling seed (default 0)\n"
@@ -54,7 +58,8 @@ const char* const usage_text =
     "  -h, --help           this text\n"
     "\n"
     "Output: the generated ids, then for prefill and decode the tokens/s and the wall time per\n"
-    "phase (indexer, top-k, attention, MoE, other), then cache size and peak resident memory.\n";
+    "phase (indexer, top-k, attention, MoE, other); for the decode also the bytes of weights read\n"
+    "per token (and of cache) and the GB/s they make; then cache size and peak resident memory.\n";
 
 struct options {
   std::filesystem::path model;
@@ -62,6 +67,7 @@ struct options {
   bool have_prompt = false;
   std::int64_t max_new_tokens = 16;
   int threads = 0;
+  std::optional<dsa::fp8_dot> fp8_dot;
   double temperature = 0.0;
   std::optional<double> top_p;
   std::optional<std::uint64_t> seed;
@@ -94,6 +100,14 @@ options parse_args(int argc, char** argv) {
       o.max_new_tokens = dsa_tools::parse_int(a, v, 0, std::numeric_limits<std::int32_t>::max());
     } else if (a == "--threads") {
       o.threads = static_cast<int>(dsa_tools::parse_int(a, v, 1, 4096));
+    } else if (a == "--fp8-dot") {
+      if (v == "exact") {
+        o.fp8_dot = dsa::fp8_dot::exact;
+      } else if (v == "fp32") {
+        o.fp8_dot = dsa::fp8_dot::fp32;
+      } else {
+        dsa_tools::usage_fail(a, v, "exact or fp32");
+      }
     } else if (a == "--temperature") {
       o.temperature = dsa_tools::parse_double(a, v);
       if (o.temperature < 0.0) dsa_tools::usage_fail(a, v, "a finite number >= 0 (0: greedy)");
@@ -152,6 +166,65 @@ void print_stage(std::string_view name, std::int64_t tokens, double wall, const 
   std::cout << "\n";
 }
 
+// Bytes a decode step reads, from the loaded weights and the config.
+struct decode_bytes {
+  double weights = 0;       ///< per token: every weight the step reads once
+  double cache_fixed = 0;   ///< per token and layer: the top-k rows of the MLA cache
+  double cache_per_key = 0; ///< per layer and cached position: the indexer key row
+};
+
+double view_bytes(const dsa::model::linear_weight& w) {
+  if (w.fp8()) return static_cast<double>(w.q.size()) + 4.0 * static_cast<double>(w.scale.size());
+  return 2.0 * static_cast<double>(w.w.size());
+}
+
+template <class T, std::size_t R>
+double view_bytes(const dsa::host_view<const T, R>& v) {
+  return static_cast<double>(sizeof(T)) * static_cast<double>(v.size());
+}
+
+double view_bytes(const dsa::model::mlp_weights& m) {
+  return view_bytes(m.gate_proj) + view_bytes(m.up_proj) + view_bytes(m.down_proj);
+}
+
+// One decode token: the norms, every attention and indexer projection, the absorbed decode's
+// bf16 copies of wkv_b (W_UK transposed and W_UV: 2 bytes per element of wkv_b, which the step
+// reads instead of the FP8 wkv_b), the dense FFN or the MoE gate, num_experts_per_tok routed
+// experts (one token meets that many distinct experts) and the shared experts, the final norm,
+// lm_head and one embedding row. The caches: per layer the selected min(index_topk, L) MLA rows
+// of (kv_lora_rank + rope) bf16 values and all L indexer rows of 132 bytes.
+decode_bytes decode_bytes_of(const dsa::model::weights& w) {
+  const dsa::model::config& c = w.config();
+  decode_bytes b;
+  for (const auto& l : w.layers) {
+    const auto& a = l.attn;
+    b.weights += view_bytes(l.input_layernorm) + view_bytes(l.post_attention_layernorm);
+    b.weights += view_bytes(a.q_a_proj) + view_bytes(a.q_a_layernorm) + view_bytes(a.q_b_proj) +
+                 view_bytes(a.kv_a_proj_with_mqa) + view_bytes(a.kv_a_layernorm) + view_bytes(a.o_proj);
+    b.weights += 2.0 * static_cast<double>(c.num_attention_heads) * static_cast<double>(c.kv_lora_rank) *
+                 static_cast<double>(c.qk_nope_head_dim + c.v_head_dim);
+    b.weights += view_bytes(a.indexer.wq_b) + view_bytes(a.indexer.wk) + view_bytes(a.indexer.k_norm_weight) +
+                 view_bytes(a.indexer.k_norm_bias) + view_bytes(a.indexer.weights_proj);
+    if (l.mlp) b.weights += view_bytes(*l.mlp);
+    if (l.moe) {
+      b.weights += view_bytes(l.moe->gate) + view_bytes(l.moe->bias);
+      if (!l.moe->experts.empty()) {
+        double experts = 0;
+        for (const auto& e : l.moe->experts) experts += view_bytes(e);
+        b.weights += experts / static_cast<double>(l.moe->experts.size()) * static_cast<double>(c.num_experts_per_tok);
+      }
+      if (l.moe->shared_experts) b.weights += view_bytes(*l.moe->shared_experts);
+    }
+  }
+  b.weights += view_bytes(w.norm) + view_bytes(w.lm_head) + 2.0 * static_cast<double>(c.hidden_size);
+  const double layers = static_cast<double>(w.layers.size());
+  b.cache_fixed = layers * 2.0 * static_cast<double>(c.kv_lora_rank + c.qk_rope_head_dim);
+  b.cache_per_key = layers * 132.0;
+  return b;
+}
+
+std::string megabytes(double bytes) { return fixed(bytes / 1e6, 1) + " MB"; }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -168,7 +241,8 @@ int main(int argc, char** argv) {
   }
 
   try {
-    const dsa::cpu_backend be{o.threads};
+    dsa::cpu_backend be{o.threads};
+    if (o.fp8_dot) be.fp8_block_dot = *o.fp8_dot;
     const auto t_load = clock_type::now();
     auto model = dsa::model::transformer<dsa::cpu_backend>::load(o.model, be);
     const double load_s = std::chrono::duration<double>(clock_type::now() - t_load).count();
@@ -197,8 +271,9 @@ int main(int argc, char** argv) {
     };
 
     std::cout << "model: " << o.model.string() << " (loaded in " << fixed(load_s, 3) << " s)\n  " << cfg.to_string() << "\n";
-    std::cout << "threads: " << dsa::cpu_detail::thread_count(be) << "; prompt: " << o.prompt.size()
-              << " tokens; sampling: ";
+    std::cout << "threads: " << dsa::cpu_detail::thread_count(be)
+              << "; fp8 block dots: " << (be.fp8_block_dot == dsa::fp8_dot::fp32 ? "fp32" : "exact")
+              << "; prompt: " << o.prompt.size() << " tokens; sampling: ";
     if (sampler) {
       std::cout << "temperature " << sampler->params().temperature << ", top-p " << sampler->params().top_p << ", seed "
                 << o.seed.value_or(0) << "\n";
@@ -258,6 +333,21 @@ int main(int argc, char** argv) {
     std::cout << "\n";
     print_stage("prefill", static_cast<std::int64_t>(o.prompt.size()), prefill_s, prefill_times);
     print_stage("decode", decode_steps, decode_s, decode_times);
+    if (decode_steps > 0 && decode_s > 0.0) {
+      // Mean cache bytes over the steps: step j (1 .. steps) attends over prompt + j positions.
+      const decode_bytes db = decode_bytes_of(model.weights());
+      double cache = 0;
+      const double k = static_cast<double>(cfg.index_topk);
+      for (std::int64_t j = 1; j <= decode_steps; ++j) {
+        const double len = static_cast<double>(static_cast<std::int64_t>(o.prompt.size()) + j);
+        cache += db.cache_fixed * std::min(k, len) + db.cache_per_key * len;
+      }
+      cache /= static_cast<double>(decode_steps);
+      const double tps = static_cast<double>(decode_steps) / decode_s;
+      std::cout << "  weights: " << megabytes(db.weights) << " read per token (+ " << megabytes(cache)
+                << " of KV and indexer cache) = " << fixed(db.weights * tps / 1e9, 2) << " GB/s of weights ("
+                << fixed((db.weights + cache) * tps / 1e9, 2) << " GB/s with the cache)\n";
+    }
     std::cout << "memory: kv cache " << fixed(static_cast<double>(seq.cache_bytes()) / (1 << 20), 2)
               << " MiB for " << seq.length() << " tokens, peak RSS " << fixed(static_cast<double>(peak_rss_bytes()) / (1 << 20), 1)
               << " MiB\n";

@@ -1,6 +1,7 @@
 // dsa::fp8_linear and dsa::linear: front-end checks and CPU results against references.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -65,6 +66,12 @@ fp8_problem make_fp8_problem(index_t t, index_t in, index_t out, std::uint64_t s
   p.w = random_codes(static_cast<std::size_t>(out * in), seed + 1);
   p.ws = random_scales(static_cast<std::size_t>(((out + 127) / 128) * (in / 128)), seed + 2);
   return p;
+}
+
+dsa::cpu_backend fp32_dot(int threads = 0) {
+  dsa::cpu_backend be{threads};
+  be.fp8_block_dot = dsa::fp8_dot::fp32;
+  return be;
 }
 
 template <class X, class O>
@@ -163,6 +170,146 @@ TEST_CASE("fp8_linear is bit-identical across thread counts and batch sizes") {
   CHECK(std::memcmp(run_fp8<bf16, float>(four).data(), y1.data(), 4 * p.out * sizeof(float)) == 0);
 }
 
+TEST_CASE("the default fp8_linear block dot is the exact one") {
+  CHECK(dsa::cpu_backend{}.fp8_block_dot == dsa::fp8_dot::exact);
+}
+
+TEST_CASE("fp8_linear with fp8_dot::fp32 reproduces the ascending-k fp32 specification bit for bit") {
+  struct shape {
+    index_t t, in, out;
+  };
+  // t <= 4: the GEMV (several k-blocks per step, also an odd number of blocks); larger t: the
+  // GEMM in one or several row chunks; ragged output panels on purpose.
+  const shape shapes[] = {{1, 128, 1},   {1, 640, 100},  {2, 256, 130},  {3, 384, 257},  {4, 896, 33},
+                          {5, 256, 128}, {37, 512, 300}, {70, 128, 129}, {13, 1152, 65}};
+  std::uint64_t seed = 500;
+  for (const auto& s : shapes) {
+    for (auto fmt : {dsa::scale_format::ue8m0, dsa::scale_format::fp32}) {
+      CAPTURE(s.t);
+      CAPTURE(s.in);
+      CAPTURE(s.out);
+      const fp8_problem p = make_fp8_problem(s.t, s.in, s.out, seed += 10);
+      const std::vector<bf16> xb = as<bf16>(p.x);
+      const auto ref = dsa_test::fp8_linear_reference(xb, s.t, s.in, p.w, s.out, p.ws, fmt);
+      const std::vector<float> yf = run_fp8<bf16, float>(p, fp32_dot(), fmt);
+      const std::vector<bf16> yb = run_fp8<bf16, bf16>(p, fp32_dot(), fmt);
+      CHECK(same_bits(yf, ref.y_fp32));
+      std::size_t bad_bf16 = 0, bad_bound = 0;
+      for (std::size_t i = 0; i < yf.size(); ++i) {
+        if (yb[i].bits != bf16(ref.y_fp32[i]).bits) ++bad_bf16;
+        if (std::fabs(static_cast<double>(yf[i]) - ref.ideal[i]) > ref.bound_fp32[i]) ++bad_bound;
+      }
+      CHECK(bad_bf16 == 0);
+      CHECK(bad_bound == 0);
+      // Float activations are quantized like bf16 ones.
+      const auto ref_f = dsa_test::fp8_linear_reference(p.x, s.t, s.in, p.w, s.out, p.ws, fmt);
+      CHECK(same_bits(run_fp8<float, float>(p, fp32_dot(), fmt), ref_f.y_fp32));
+    }
+  }
+}
+
+TEST_CASE("fp8_linear's two block dots agree within the fp32 mode's error bound") {
+  // Checkpoint-like operands (normal weights, not uniform codes), where the two differ only in
+  // the last bits of some outputs.
+  const index_t t = 9, in = 1024, out = 200;
+  fp8_problem p = make_fp8_problem(t, in, out, 77);
+  const std::vector<float> wn = dsa_test::normal(p.w.size(), 78, 80.0f);
+  for (std::size_t i = 0; i < p.w.size(); ++i) p.w[i] = fp8_e4m3(wn[i]).bits;
+  const auto ref = dsa_test::fp8_linear_reference(as<bf16>(p.x), t, in, p.w, out, p.ws, dsa::scale_format::ue8m0);
+  const std::vector<float> exact = run_fp8<bf16, float>(p);
+  const std::vector<float> fast = run_fp8<bf16, float>(p, fp32_dot());
+  CHECK(same_bits(exact, ref.y));
+  CHECK(same_bits(fast, ref.y_fp32));
+  std::size_t differ = 0, bad = 0;
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    if (exact[i] != fast[i]) ++differ;
+    if (std::fabs(static_cast<double>(fast[i]) - static_cast<double>(exact[i])) > ref.bound_fp32[i] + ref.bound[i]) ++bad;
+  }
+  CHECK(bad == 0);
+  MESSAGE("outputs that differ between the exact and the fp32 block dot: " << differ << " of " << exact.size());
+}
+
+TEST_CASE("fp8_linear with fp8_dot::fp32 is bit-identical across thread counts and batch sizes") {
+  const fp8_problem p = make_fp8_problem(41, 384, 390, 121);
+  const std::vector<float> y1 = run_fp8<bf16, float>(p, fp32_dot(1));
+  CHECK(same_bits(y1, run_fp8<bf16, float>(p, fp32_dot(2))));
+  CHECK(same_bits(y1, run_fp8<bf16, float>(p, fp32_dot(3))));
+  // Every row alone (the GEMV) and in batches of 2, 3 and 4 gives the rows of the big (GEMM) product.
+  for (index_t r : {index_t{0}, index_t{17}, index_t{40}}) {
+    fp8_problem one = p;
+    one.t = 1;
+    one.x.assign(p.x.begin() + r * p.in, p.x.begin() + (r + 1) * p.in);
+    const std::vector<float> y = run_fp8<bf16, float>(one, fp32_dot(2));
+    CHECK(std::memcmp(y.data(), y1.data() + r * p.out, p.out * sizeof(float)) == 0);
+  }
+  for (index_t t : {index_t{2}, index_t{3}, index_t{4}, index_t{5}}) {
+    fp8_problem few = p;
+    few.t = t;
+    few.x.resize(static_cast<std::size_t>(t * p.in));
+    CHECK(std::memcmp(run_fp8<bf16, float>(few, fp32_dot()).data(), y1.data(), t * p.out * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("fp8_linear decodes every weight code exactly in both modes, also under DAZ/FTZ") {
+  // Each row of the weight holds all 256 codes (NaN included) in a different order, so that every
+  // group of the SIMD decoder meets subnormal, zero and NaN codes, and a block of rows holds none.
+  const index_t t = 3, in = 512, out = 40;
+  fp8_problem p = make_fp8_problem(t, in, out, 901);
+  std::mt19937_64 rng(902);
+  for (index_t n = 0; n < out; ++n) {
+    std::uint8_t* row = p.w.data() + n * in;
+    if (n >= 16 && n < 32) {
+      // Normal codes only: the decoder's short path.
+      for (index_t k = 0; k < in; ++k) {
+        do {
+          row[k] = static_cast<std::uint8_t>(rng());
+        } while ((row[k] & 0x78) == 0 || (row[k] & 0x7F) == 0x7F);
+      }
+      continue;
+    }
+    for (index_t k = 0; k < in; ++k) row[k] = static_cast<std::uint8_t>(k);
+    std::shuffle(row, row + in, rng);
+  }
+  p.x.assign(p.x.size(), 1.0f);  // no NaN from the activations: every code of x is the same normal one
+  for (std::size_t i = 0; i < p.x.size(); i += 3) p.x[i] = -0.75f;
+  const auto ref = dsa_test::fp8_linear_reference(p.x, t, in, p.w, out, p.ws, dsa::scale_format::ue8m0);
+  auto check = [&] {
+    for (dsa::cpu_backend be : {dsa::cpu_backend{1}, fp32_dot(1)}) {
+      for (index_t rows : {index_t{1}, t}) {  // GEMV and, below, GEMM
+        fp8_problem q = p;
+        q.t = rows;
+        q.x.resize(static_cast<std::size_t>(rows * in));
+        const std::vector<float> y = run_fp8<float, float>(q, be);
+        const std::vector<float>& want = be.fp8_block_dot == dsa::fp8_dot::fp32 ? ref.y_fp32 : ref.y;
+        std::size_t bad = 0;
+        for (index_t i = 0; i < rows * out; ++i) {
+          const float a = y[static_cast<std::size_t>(i)], b = want[static_cast<std::size_t>(i)];
+          if (std::isnan(b) ? !std::isnan(a) : std::memcmp(&a, &b, sizeof a) != 0) ++bad;
+        }
+        CHECK(bad == 0);
+      }
+      fp8_problem big = p;
+      big.t = 6;
+      big.x.resize(static_cast<std::size_t>(6 * in), 1.0f);
+      const auto ref6 = dsa_test::fp8_linear_reference(big.x, 6, in, p.w, out, p.ws, dsa::scale_format::ue8m0);
+      const std::vector<float> y6 = run_fp8<float, float>(big, be);
+      const std::vector<float>& want6 = be.fp8_block_dot == dsa::fp8_dot::fp32 ? ref6.y_fp32 : ref6.y;
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < y6.size(); ++i) {
+        if (std::isnan(want6[i]) ? !std::isnan(y6[i]) : std::memcmp(&y6[i], &want6[i], sizeof(float)) != 0) ++bad;
+      }
+      CHECK(bad == 0);
+    }
+  };
+  check();
+#if defined(__SSE__)
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(csr | 0x8040u);
+  check();
+  _mm_setcsr(csr);
+#endif
+}
+
 TEST_CASE("fp8_linear takes strided rows and writes into a slice") {
   const fp8_problem p = make_fp8_problem(9, 256, 140, 33);
   const std::vector<float> expect = run_fp8<bf16, float>(p);
@@ -196,12 +343,13 @@ TEST_CASE("fp8_linear propagates NaN codes and handles empty shapes") {
   fp8_problem p = make_fp8_problem(6, 256, 200, 44);
   p.w[3 * 256 + 200] = 0xFF;  // NaN in output feature 3
   p.x[2 * 256 + 9] = std::numeric_limits<float>::quiet_NaN();
-  for (const auto& y : {run_fp8<float, float>(p), [&] {
-                          fp8_problem q = p;
-                          q.t = 3;
-                          q.x.resize(3 * 256);
-                          return run_fp8<float, float>(q);
-                        }()}) {
+  auto first3 = [&](dsa::cpu_backend be) {
+    fp8_problem q = p;
+    q.t = 3;
+    q.x.resize(3 * 256);
+    return run_fp8<float, float>(q, be);
+  };
+  for (const auto& y : {run_fp8<float, float>(p), first3(dsa::cpu), run_fp8<float, float>(p, fp32_dot()), first3(fp32_dot())}) {
     const index_t t = static_cast<index_t>(y.size()) / p.out;
     for (index_t i = 0; i < t; ++i) {
       for (index_t n = 0; n < p.out; ++n) {

@@ -23,8 +23,10 @@ inline float f32_mul(float a, float b) { return std::fma(a, b, -0.0f); }
 /// Result of the FP8 linear reference for one output matrix.
 struct fp8_linear_ref {
   std::vector<float> y;       // the op's specification evaluated literally (fp32, before output rounding)
+  std::vector<float> y_fp32;  // the same with fp8_dot::fp32 block dots (ascending-k fp32 sums)
   std::vector<double> ideal;  // the same quantized operands, dequantized and summed in double
   std::vector<double> bound;  // an fp32-accumulation error bound for |y - ideal|
+  std::vector<double> bound_fp32;  // the same for |y_fp32 - ideal|: + 127 u sum_k |p_k| |s| per block
 };
 
 /// x [t, in] (float values of X), w codes [out, in], ws [ceil(out/128), in/128]. The activation
@@ -47,33 +49,47 @@ fp8_linear_ref fp8_linear_reference(const std::vector<X>& x, std::int64_t t, std
   auto val = [](std::uint8_t c) { return static_cast<double>(dsa::fp8_e4m3::from_bits(c).to_float()); };
   fp8_linear_ref r;
   r.y.assign(static_cast<std::size_t>(t * out), 0.0f);
+  r.y_fp32.assign(static_cast<std::size_t>(t * out), 0.0f);
   r.ideal.assign(static_cast<std::size_t>(t * out), 0.0);
   r.bound.assign(static_cast<std::size_t>(t * out), 0.0);
+  r.bound_fp32.assign(static_cast<std::size_t>(t * out), 0.0);
   for (std::int64_t i = 0; i < t; ++i) {
     for (std::int64_t n = 0; n < out; ++n) {
-      float acc = 0.0f;
-      double ideal = 0.0, mag = 0.0;
+      float acc = 0.0f, acc_fp32 = 0.0f;
+      double ideal = 0.0, mag = 0.0, mag_products = 0.0;
       for (std::int64_t b = 0; b < nkb; ++b) {
-        std::int64_t sum = 0;
+        std::int64_t sum = 0, sum_abs = 0;
+        float sum_fp32 = 0.0f;  // ascending k, every partial sum rounded to fp32
         bool nan = false;
         for (int k = 0; k < 128; ++k) {
           const std::uint8_t a = xq[i * in + b * 128 + k];
           const std::uint8_t c = w[n * in + b * 128 + k];
           if ((a & 0x7F) == 0x7F || (c & 0x7F) == 0x7F) nan = true;
           if (nan) continue;
-          sum += static_cast<std::int64_t>(val(a) * 512.0) * static_cast<std::int64_t>(val(c) * 512.0);
+          const std::int64_t p = static_cast<std::int64_t>(val(a) * 512.0) * static_cast<std::int64_t>(val(c) * 512.0);
+          sum += p;
+          sum_abs += p < 0 ? -p : p;
+          // The product is exact in fp32 (|p| < 2^36 in units of 2^-18 has at most 8 significant bits).
+          sum_fp32 = sum_fp32 + static_cast<float>(static_cast<double>(p) * 0x1p-18);
         }
         const float d = nan ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(sum) * 0x1p-18f;
+        const float d_fp32 = nan ? std::numeric_limits<float>::quiet_NaN() : sum_fp32;
         const float s = f32_mul(xs[i * nkb + b], ws[(n / 128) * nkb + b]);
         acc = acc + f32_mul(d, s);
+        acc_fp32 = acc_fp32 + f32_mul(d_fp32, s);
         const double term = static_cast<double>(sum) * 0x1p-18 * static_cast<double>(xs[i * nkb + b]) *
                             static_cast<double>(ws[(n / 128) * nkb + b]);
         ideal += term;
         mag += std::fabs(term);
+        mag_products += static_cast<double>(sum_abs) * 0x1p-18 *
+                        std::fabs(static_cast<double>(xs[i * nkb + b]) * static_cast<double>(ws[(n / 128) * nkb + b]));
       }
       r.y[i * out + n] = acc;
+      r.y_fp32[i * out + n] = acc_fp32;
       r.ideal[i * out + n] = ideal;
       r.bound[i * out + n] = static_cast<double>(nkb + 2) * 0x1p-24 * mag + 1e-30;
+      // Each fp32 block dot is within 127 roundings of sum |p_k| of the exact one.
+      r.bound_fp32[i * out + n] = static_cast<double>(nkb + 2) * 0x1p-24 * mag + 128.0 * 0x1p-24 * mag_products + 1e-30;
     }
   }
   return r;

@@ -15,6 +15,16 @@
 
 DSA_NAMESPACE_BEGIN
 
+/// How fp8_linear sums the e4m3 x e4m3 products of a 128-wide k-block (dsa/numerics/linear.hpp):
+///  - exact: the exact sum (in double), rounded once to fp32. Independent of any evaluation
+///    order, so bit-identical on every backend (the CUDA backend computes only this);
+///  - fp32: accumulated in fp32 in ascending k from +0, each sum rounded (the products are exact
+///    in fp32), as the reference's fp32 GEMM accumulator does within a block. About twice the
+///    prefill throughput of exact on the CPU (fp32 instead of double lanes); still bit-identical
+///    run to run, across thread counts and batch sizes, and on every CPU ISA (the order is fixed,
+///    not the kernel's), but not equal to exact.
+enum class fp8_dot { exact, fp32 };
+
 /// The CPU backend. `num_threads` = 0 uses every hardware thread. Results are bit-identical for
 /// every thread count: work is split over independent output rows, never over a reduction.
 struct cpu_backend {
@@ -26,6 +36,8 @@ struct cpu_backend {
   /// would not fit anyway, and save reading every line before writing it. 0 = the size of the
   /// last-level cache; SIZE_MAX = never. Results are the same bits either way.
   std::size_t streaming_store_bytes = 0;
+  /// The k-block sum of fp8_linear (see fp8_dot). docs/decisions.md says why exact is the default.
+  fp8_dot fp8_block_dot = fp8_dot::exact;
 };
 
 /// The default CPU backend value: dsa::op(dsa::cpu, ...); dsa::cpu_backend{2} for two threads.

@@ -1,43 +1,81 @@
 // CPU backend of dsa::fp8_linear and dsa::linear.
 //
-// fp8_linear. The activation rows are quantized with act_quant's numerics; then, because the
-// 128-wide block dots are exact in double (dsa/numerics/linear.hpp), any evaluation order gives
-// the same bits, and two paths share the work:
-//  - few rows (decode, t <= 4): a GEMV streaming the weights once. Each weight block is decoded
-//    once (bit manipulation and exact fp32 operations that vectorise, no table lookups, no
-//    subnormal floats, so DAZ/FTZ set by a host program cannot change it) and dotted with every
-//    row: e4m3 x e4m3 products are exact in fp32 and are summed in double lanes. On x86 the
-//    decode, not memory bandwidth, limits it (~0.3 ns per weight and thread with AVX-512);
-//  - many rows: per 128-output panel and k-block, the decoded tiles go through an Eigen double
-//    GEMM, followed by the fp32 promotion epilogue.
-// Work is split over output features (GEMV) or 128-output panels (GEMM); each output is computed
-// by one thread.
+// fp8_linear. The activation rows are quantized with act_quant's numerics (the vectorised
+// group functions of cpu/fp8_quant.hpp) and their codes decoded to T = double (fp8_dot::exact)
+// or float (fp8_dot::fp32). The weights are processed per panel of NR output features (NR
+// divides 128, so a panel never straddles a weight-scale block) and per 128-wide k-block:
+//  - the block's codes of the panel's rows are decoded into an L1 tile of bf16 pairs (every
+//    e4m3 value is exact in bf16): AVX-512 loads 16 rows x 64 codes, transposes them as a
+//    16 x 16 matrix of 4-code dwords, and decodes each dword column with 16-bit integer
+//    operations into two vectors: lane j = (code k, code k + 2) and (k + 1, k + 3) of row j.
+//    (Writing the values as fp32 instead took one 64-byte store per 16 codes, and stores were
+//    the bottleneck: 1.4 cycles each on this CPU);
+//  - decode (t <= 4 rows): a micro-kernel widens the pairs to T in registers and accumulates
+//    t rows x NR outputs over NB blocks at once (each block's sum is an independent chain);
+//    prefill (t > 4): the tile is widened once into a T tile [128][NR] and a register-blocked
+//    micro-kernel (MR rows x NR outputs, x broadcast) runs over it for every MR rows;
+//  - every output lane sums its block's products in ascending k from +0: exactly the
+//    fp8_dot::fp32 definition of dsa/numerics/linear.hpp for T = float, and an exact sum (any
+//    order is) for T = double, rounded once to fp32; then acc = fl32(acc + fl32(d * s)) in
+//    ascending block order.
+// Both paths compute every output with the same arithmetic in the same order, so results are
+// independent of t (batch invariance), of the thread count (panels are split over threads;
+// each output is computed by one thread) and of the ISA (GCC vector extensions: AVX-512, AVX2,
+// SSE/NEON widths, or the scalar decode). Scratch (tiles, decoded activations) lives in
+// thread-local buffers that grow to the largest call and are reused.
 //
-// linear. Inputs are converted exactly to fp32 (bf16 panels into scratch; fp32 operands are
-// mapped in place) and multiplied with Eigen's fp32 GEMM/GEMV per fixed panel of outputs. Panel
-// and row-chunk sizes depend only on the shapes, never on the thread count, so each panel's
-// product is the same Eigen call whichever thread runs it: bit-identical for every thread count.
+// linear. t <= 4 rows (decode: lm_head, the absorbed MLA projections, the MoE gate): a GEMV
+// straight from the weight (bf16 widened in registers, nothing converted in memory), four
+// outputs per step, each summed over k in vector lanes and reduced in a fixed tree. More rows:
+// inputs converted exactly to fp32 per panel of outputs (scratch of about 512 KiB per thread)
+// and multiplied with Eigen's fp32 GEMM per fixed panel. Panel and chunk sizes depend only on
+// the shapes, never on the thread count: bit-identical for every thread count.
 #pragma once
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
 #include <type_traits>
 #include <vector>
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/cpu/fp8_quant.hpp"
 #include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/prefetch.hpp"
 #include "dsa/numerics/fp8_quant.hpp"
 #include "dsa/numerics/linear.hpp"
+#include "dsa/ops/fp8_quant.hpp"
 #include "dsa/ops/linear.hpp"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define DSA_LINEAR_AVX512 1
+#else
+#define DSA_LINEAR_AVX512 0
+#endif
+#if !DSA_LINEAR_AVX512 && defined(__AVX2__)
+#define DSA_LINEAR_AVX2 1
+#else
+#define DSA_LINEAR_AVX2 0
+#endif
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
 namespace linear_impl {
 
 constexpr index_t block = fp8_linear_block;
+/// k-quads (4 codes) per block: the unit of the bf16 pair tile.
+constexpr index_t quads = block / 4;
 
 template <class T>
 using aligned_vector = std::vector<T, Eigen::aligned_allocator<T>>;
@@ -45,12 +83,114 @@ using aligned_vector = std::vector<T, Eigen::aligned_allocator<T>>;
 template <class T>
 using row_major = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
+// ---- vectors ------------------------------------------------------------------------------------
+
+// The widest vectors of the target: GCC vector extensions lower them to zmm, ymm or xmm
+// registers (or to scalars), so one micro-kernel serves every ISA.
+#if DSA_LINEAR_AVX512
+inline constexpr int vec_bytes = 64;
+#elif defined(__AVX__)
+inline constexpr int vec_bytes = 32;
+#else
+inline constexpr int vec_bytes = 16;
+#endif
+typedef float vfloat __attribute__((vector_size(vec_bytes)));
+typedef double vdouble __attribute__((vector_size(vec_bytes)));
+typedef float vfloat_half __attribute__((vector_size(vec_bytes / 2)));
+typedef std::uint32_t vuint __attribute__((vector_size(vec_bytes)));
+typedef std::uint16_t vhalf __attribute__((vector_size(vec_bytes / 2)));
+
+template <class T>
+struct vec_of;
+template <>
+struct vec_of<float> {
+  using type = vfloat;
+};
+template <>
+struct vec_of<double> {
+  using type = vdouble;
+};
+template <class T>
+inline constexpr index_t lanes = vec_bytes / static_cast<index_t>(sizeof(T));
+
+/// Rows per decoder group: one vector of fp32 lanes (the pair tile's row unit).
+inline constexpr index_t group_rows = lanes<float>;
+
+// Panel widths (outputs per tile: a divisor of 128 and a multiple of group_rows), rows per
+// micro-kernel call (prefill) and k-blocks per step (decode), chosen so that the accumulators
+// fit the register file (32 zmm with AVX-512, 16 ymm/xmm otherwise) with enough independent
+// chains to hide the FMA latency. Decode streams gemv_nr rows at a time in runs of
+// NB * 128 bytes (16 rows and 4 blocks measured best from DRAM: docs/decisions.md).
+template <class T>
+struct fp8_shape;
+#if DSA_LINEAR_AVX512
+template <>
+struct fp8_shape<float> {
+  static constexpr index_t gemm_nr = 64, gemm_mr = 6, gemv_nr = 16;
+};
+template <>
+struct fp8_shape<double> {
+  static constexpr index_t gemm_nr = 32, gemm_mr = 6, gemv_nr = 16;
+};
+#elif DSA_LINEAR_AVX2
+template <>
+struct fp8_shape<float> {
+  static constexpr index_t gemm_nr = 16, gemm_mr = 6, gemv_nr = 16;
+};
+template <>
+struct fp8_shape<double> {
+  static constexpr index_t gemm_nr = 16, gemm_mr = 3, gemv_nr = 8;
+};
+#else
+template <>
+struct fp8_shape<float> {
+  static constexpr index_t gemm_nr = 16, gemm_mr = 3, gemv_nr = 8;
+};
+template <>
+struct fp8_shape<double> {
+  static constexpr index_t gemm_nr = 8, gemm_mr = 3, gemv_nr = 8;
+};
+#endif
+/// k-blocks per decode step for t rows: every block is an independent accumulation chain; the
+/// accumulators (NB x t x NR / lanes) must stay in registers.
+inline constexpr int gemv_max_nb = 4;
+template <class T>
+constexpr int gemv_nb(index_t t) {
+  const index_t regs = vec_bytes == 64 ? 16 : 8;
+  const index_t per_block = t * fp8_shape<T>::gemv_nr / lanes<T>;
+  const index_t nb = regs / std::max<index_t>(per_block, 1);
+  return static_cast<int>(std::clamp<index_t>(nb, 1, gemv_max_nb));
+}
+
+// ---- scratch ------------------------------------------------------------------------------------
+
+/// A thread-local, 64-byte aligned buffer of at least n elements (Tag separates the buffers a
+/// thread uses at once). It grows to the largest request and is kept for the next call.
+template <class T, int Tag>
+T* scratch(std::size_t n) {
+  struct deleter {
+    void operator()(T* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<T, deleter> buf;
+  thread_local std::size_t cap = 0;
+  if (n > cap) {
+    const std::size_t bytes = (std::max<std::size_t>(n, 1) * sizeof(T) + 63) / 64 * 64;
+    T* p = static_cast<T*>(std::aligned_alloc(64, bytes));
+    if (p == nullptr) throw std::bad_alloc();
+    buf.reset(p);
+    cap = bytes / sizeof(T);
+  }
+  return buf.get();
+}
+
+// ---- e4m3 decoding ------------------------------------------------------------------------------
+
 // Decodes 128 e4m3 codes to their fp32 values with integer and exact fp32 operations: the
 // exponent/mantissa fields move into fp32 position with the exponent rebiased (+120), which is
 // the value of every normal code; a subnormal code (exponent field 0, value m 2^-9) then reads
 // 2^-7 + m 2^-10, and adding (that - 2^-6) = m 2^-10 - 2^-7 gives m 2^-9 exactly. No subnormal
 // fp32 is ever formed, so DAZ/FTZ modes set by a host program cannot change the result, and the
-// selections are bit masks so that the loop vectorises.
+// selections are bit masks so that the loop vectorises. (The scalar reference of the tests.)
 DSA_FORCEINLINE void decode_e4m3_block(const std::uint8_t* DSA_RESTRICT codes, float* DSA_RESTRICT out) {
   for (index_t k = 0; k < block; ++k) {
     const std::uint32_t c = codes[k];
@@ -64,124 +204,627 @@ DSA_FORCEINLINE void decode_e4m3_block(const std::uint8_t* DSA_RESTRICT codes, f
   }
 }
 
-// The exact dot of 128 e4m3 values held as floats (products exact in fp32, sums exact in
-// double whatever the lane order), rounded once to fp32.
-DSA_FORCEINLINE float exact_block_dot(const float* DSA_RESTRICT a, const float* DSA_RESTRICT b) {
-  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (index_t k = 0; k < block; k += 8) {
-    for (index_t l = 0; l < 8; ++l) s[l] += static_cast<double>(a[k + l] * b[k + l]);
-  }
-  // Lanes l and l + 4 sit in the two halves of a vector: this order needs no scalar shuffles.
-  return static_cast<float>(((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7])));
-}
-
 inline const std::uint8_t* code_bytes(const fp8_e4m3* p) { return reinterpret_cast<const std::uint8_t*>(p); }
 
-// Quantizes rows [r0, r0 + rows) of x: the code values (unscaled) into vals[rows][in] as V
-// (float or double) and the group scales into scales[rows][in / 128].
-template <class V, class X>
-void quantize_rows(const cpu_backend& be, const tensor_view<const X, 2>& x, index_t r0, index_t rows,
-                   scale_format fmt, V* vals, float* scales) {
-  const index_t in = x.extent(1);
-  const index_t nkb = in / block;
-  parallel_for(be, rows, 8, [&](index_t b, index_t e) {
-    alignas(64) fp8_e4m3 q[block];
-    alignas(64) float f[block];
-    for (index_t i = b; i < e; ++i) {
-      const X* xr = x.row(r0 + i);
-      for (index_t kb = 0; kb < nkb; ++kb) {
-        scales[i * nkb + kb] = act_quant_group(xr + kb * block, block, q, fmt);
-        decode_e4m3_block(code_bytes(q), f);
-        V* dst = vals + i * in + kb * block;
-        for (index_t k = 0; k < block; ++k) dst[k] = static_cast<V>(f[k]);
-      }
-    }
-  });
+/// The tile holds the weights' e4m3 values times 2^8 and the decoded activations hold theirs
+/// times 2^-8: the products are the same (exact) numbers, and the SIMD decoders save an integer
+/// add by producing 2^8 times the value (decode_pairs). Both scalings are exact: e4m3 values
+/// lie in [2^-9, 448], far from the limits of bf16, float and double.
+inline constexpr float weight_tile_scale = 0x1p8f;
+inline constexpr float activation_scale = 0x1p-8f;
+
+/// The value of every e4m3 code times activation_scale, as T (exact; NaN codes keep their sign).
+template <class T>
+const T* e4m3_activation_values() {
+  static const auto table = [] {
+    std::array<T, 256> t{};
+    const float* f = fp8_quant_e4m3_values();
+    for (std::size_t c = 0; c < 256; ++c) t[c] = static_cast<T>(f[c] * activation_scale);
+    return t;
+  }();
+  return table.data();
 }
 
-// Few rows: every weight block is decoded once and dotted with all rows.
-template <class X, class O>
-void fp8_gemv(const cpu_backend& be, const tensor_view<const X, 2>& x, const tensor_view<const fp8_e4m3, 2>& w,
-              const tensor_view<const float, 2>& ws, const tensor_view<O, 2>& y, scale_format fmt) {
-  constexpr index_t max_rows = 4;
-  const index_t t = x.extent(0);
-  const index_t in = x.extent(1);
-  const index_t out = w.extent(0);
-  const index_t nkb = in / block;
-  aligned_vector<float> xv(static_cast<std::size_t>(t * in));
-  std::vector<float> xs(static_cast<std::size_t>(t * nkb));
-  quantize_rows(be, x, 0, t, fmt, xv.data(), xs.data());
-  parallel_for(be, out, 16, [&](index_t n0, index_t n1) {
-    alignas(64) float wf[block];
-    for (index_t n = n0; n < n1; ++n) {
-      const std::uint8_t* wr = code_bytes(w.row(n));
-      const float* wsr = ws.row(n / block);
-      float acc[max_rows] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (index_t kb = 0; kb < nkb; ++kb) {
-        decode_e4m3_block(wr + kb * block, wf);
-        const float wscale = wsr[kb];
-        for (index_t i = 0; i < t; ++i) {
-          const float d = exact_block_dot(xv.data() + i * in + kb * block, wf);
-          acc[i] = fp8_linear_accumulate(acc[i], d, fp8_linear_block_scale(xs[i * nkb + kb], wscale));
+/// The bf16 bits of every e4m3 code's value times weight_tile_scale (exact).
+inline const std::uint16_t* e4m3_tile_bf16() {
+  static const auto table = [] {
+    std::array<std::uint16_t, 256> t{};
+    const float* f = fp8_quant_e4m3_values();
+    for (std::size_t c = 0; c < 256; ++c) t[c] = static_cast<std::uint16_t>(detail::float_bits(f[c] * weight_tile_scale) >> 16);
+    return t;
+  }();
+  return table.data();
+}
+
+/// 128 zero codes: the rows of a ragged last panel read these (and never advance past them).
+inline const std::uint8_t* zero_codes() {
+  alignas(64) static const std::uint8_t z[block] = {};
+  return z;
+}
+
+// The pair tile of one block and one group of G = group_rows rows: 32 quads q, each two vectors
+// of G dwords, A (lane j: code 4q of row j in the low half, code 4q + 2 in the high half) and B
+// (codes 4q + 1 and 4q + 3), bf16 bits of the values times 2^8. pair_tile_dwords per group.
+inline constexpr index_t pair_tile_dwords = quads * 2 * group_rows;
+
+#if DSA_LINEAR_AVX512
+// The codes in the high byte of each 16-bit lane (the low byte ignored) as bf16 values times
+// 2^8, with integer operations only: an arithmetic shift puts the 7 code bits at bf16 bits
+// 10..4 with copies of the sign above them, and one bitwise select keeps the sign (bit 15) and
+// those 7 bits and sets bit 14: exponent field 128 + e, mantissa m, which is 2^8 times the
+// value of every normal code. Special (a group holding a subnormal, zero or NaN code) then
+// replaces exponent-0 codes by 2^8 * m * 2^-9 (a table lookup, exact) and NaN codes by the
+// canonical quiet NaN, signs kept. No subnormal is formed, so neither DAZ nor denormal-operand
+// assists (over 100 cycles each on x86) play a part.
+template <bool Special>
+DSA_FORCEINLINE __m512i decode_high_bytes(__m512i u) {
+  const __m512i a = _mm512_srai_epi16(u, 4);
+  // Bitwise c ? a : b with b = bit 14, c = the sign and code bits (truth table 0xE4).
+  __m512i bits = _mm512_ternarylogic_epi32(a, _mm512_set1_epi16(0x4000), _mm512_set1_epi16(static_cast<short>(0x87F0)), 0xE4);
+  if constexpr (Special) {
+    const __m512i sign = _mm512_and_si512(a, _mm512_set1_epi16(static_cast<short>(0x8000)));
+    // Word m of the table: bf16(2^8 * m * 2^-9) = bf16(m / 2); only m < 8 is looked up.
+    const __m512i sub_values = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                0x4060, 0x4040, 0x4020, 0x4000, 0x3FC0, 0x3F80, 0x3F00, 0);
+    const __mmask32 sub = _mm512_testn_epi16_mask(a, _mm512_set1_epi16(0x0780));
+    const __m512i sv = _mm512_permutexvar_epi16(_mm512_srli_epi16(a, 4), sub_values);
+    bits = _mm512_mask_mov_epi16(bits, sub, _mm512_or_si512(sv, sign));
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(a, _mm512_set1_epi16(0x07F0)), _mm512_set1_epi16(0x07F0));
+    bits = _mm512_mask_mov_epi16(bits, nan, _mm512_or_si512(sign, _mm512_set1_epi16(0x7FC0)));
+  }
+  return bits;
+}
+
+// 16 rows x 64 codes (r[j]: row j) into quads [0, 16) of a group's pair tile: transposed as a
+// 16 x 16 matrix of 4-code dwords (unpacks, then 128-bit lane shuffles); dword column c holds
+// codes 4c..4c+3 of every row, and its high bytes (codes 4c + 1, 4c + 3) and low bytes (4c,
+// 4c + 2) decode into B and A.
+template <bool Special>
+DSA_FORCEINLINE void decode_group16(const __m512i* r, std::uint32_t* pt) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4q + c]: in 128-bit lane L, rows 4q..4q+3 of dword 4L + c.
+  __m512i u[16];
+  for (int q = 0; q < 4; ++q) {
+    u[4 * q + 0] = _mm512_unpacklo_epi64(t[4 * q + 0], t[4 * q + 2]);
+    u[4 * q + 1] = _mm512_unpackhi_epi64(t[4 * q + 0], t[4 * q + 2]);
+    u[4 * q + 2] = _mm512_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
+    u[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
+  }
+  auto column = [&](__m512i col, index_t c) {
+    _mm512_store_si512(pt + (2 * c) * 16, decode_high_bytes<Special>(_mm512_slli_epi16(col, 8)));
+    _mm512_store_si512(pt + (2 * c + 1) * 16, decode_high_bytes<Special>(col));
+  };
+  for (int c = 0; c < 4; ++c) {
+    const __m512i s0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88);
+    const __m512i s1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);
+    const __m512i s2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88);
+    const __m512i s3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
+    column(_mm512_shuffle_i32x4(s0, s2, 0x88), c);
+    column(_mm512_shuffle_i32x4(s1, s3, 0x88), 4 + c);
+    column(_mm512_shuffle_i32x4(s0, s2, 0xDD), 8 + c);
+    column(_mm512_shuffle_i32x4(s1, s3, 0xDD), 12 + c);
+  }
+}
+#endif
+
+#if DSA_LINEAR_AVX2
+// decode_high_bytes for 16 lanes (AVX2 has no bitwise select and no word permute: and/or, and a
+// byte shuffle for the subnormal table).
+template <bool Special>
+DSA_FORCEINLINE __m256i decode_high_bytes8(__m256i u) {
+  const __m256i a = _mm256_srai_epi16(u, 4);
+  __m256i bits = _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi16(static_cast<short>(0x87F0))), _mm256_set1_epi16(0x4000));
+  if constexpr (Special) {
+    const __m256i sign = _mm256_and_si256(a, _mm256_set1_epi16(static_cast<short>(0x8000)));
+    // Bytes 0..7: low bytes of bf16(m / 2), bytes 8..15: high bytes (in both 128-bit lanes).
+    alignas(32) static constexpr std::uint8_t bytes[32] = {0, 0x00, 0x80, 0xC0, 0x00, 0x20, 0x40, 0x60, 0, 0x3F, 0x3F,
+                                                           0x3F, 0x40, 0x40, 0x40, 0x40, 0, 0x00, 0x80, 0xC0, 0x00, 0x20,
+                                                           0x40, 0x60, 0, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40};
+    const __m256i table = _mm256_load_si256(reinterpret_cast<const __m256i*>(bytes));
+    const __m256i m = _mm256_and_si256(_mm256_srli_epi16(a, 4), _mm256_set1_epi16(7));
+    const __m256i idx = _mm256_add_epi16(_mm256_or_si256(m, _mm256_slli_epi16(m, 8)), _mm256_set1_epi16(0x0800));
+    const __m256i sv = _mm256_shuffle_epi8(table, idx);
+    const __m256i sub = _mm256_cmpeq_epi16(_mm256_and_si256(a, _mm256_set1_epi16(0x0780)), _mm256_setzero_si256());
+    bits = _mm256_blendv_epi8(bits, _mm256_or_si256(sv, sign), sub);
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(a, _mm256_set1_epi16(0x07F0)), _mm256_set1_epi16(0x07F0));
+    bits = _mm256_blendv_epi8(bits, _mm256_or_si256(sign, _mm256_set1_epi16(0x7FC0)), nan);
+  }
+  return bits;
+}
+
+// 8 rows x 32 codes into quads [0, 8) of a group's pair tile, as decode_group16.
+template <bool Special>
+DSA_FORCEINLINE void decode_group8(const __m256i* r, std::uint32_t* pt) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int q = 0; q < 2; ++q) {
+    u[4 * q + 0] = _mm256_unpacklo_epi64(t[4 * q + 0], t[4 * q + 2]);
+    u[4 * q + 1] = _mm256_unpackhi_epi64(t[4 * q + 0], t[4 * q + 2]);
+    u[4 * q + 2] = _mm256_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
+    u[4 * q + 3] = _mm256_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
+  }
+  auto column = [&](__m256i col, index_t c) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(pt + (2 * c) * 8), decode_high_bytes8<Special>(_mm256_slli_epi16(col, 8)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(pt + (2 * c + 1) * 8), decode_high_bytes8<Special>(col));
+  };
+  for (int c = 0; c < 4; ++c) {
+    column(_mm256_permute2x128_si256(u[c], u[4 + c], 0x20), c);
+    column(_mm256_permute2x128_si256(u[c], u[4 + c], 0x31), 4 + c);
+  }
+}
+#endif
+
+/// How far ahead of the codes it decodes decode_pair_tile asks for the next ones (into L2): two
+/// blocks, the next decode step of the GEMV. The hardware prefetcher alone left the decode 20%
+/// slower from DRAM (measured: 7.5-8.0 against 9.0-9.5 GB/s on one thread, 14-15 against 18-19
+/// on two); into L1, or further ahead, measured slower. A prefetch never faults: past the end of
+/// a row it only names another address (formed as an integer).
+inline constexpr std::uintptr_t pair_tile_prefetch = 2 * block;
+
+/// The pair tile of one block for NR rows: pt[g * pair_tile_dwords + ...] for the groups
+/// g = 0 .. NR / group_rows - 1, rows[j] the block's 128 codes of row j. A group of rows x codes
+/// holding no subnormal, zero or NaN code (almost all of them in real weights) takes the short
+/// decode; the test for one is 2c + 2 <= 16 in byte arithmetic (c + c drops the sign: mag 0..7
+/// give 2..16, mag 127 wraps to 0).
+template <index_t NR>
+DSA_FORCEINLINE void decode_pair_tile(const std::uint8_t* const* rows, std::uint32_t* DSA_RESTRICT pt) {
+  static_assert(NR % group_rows == 0);
+#if DSA_LINEAR_AVX512
+  const __m512i two = _mm512_set1_epi8(2);
+  for (index_t g = 0; g < NR / 16; ++g) {
+    for (index_t h = 0; h < 2; ++h) {
+      __m512i r[16];
+      __m512i lowest = _mm512_set1_epi8(static_cast<char>(0xFF));
+      for (int j = 0; j < 16; ++j) {
+        r[j] = _mm512_loadu_si512(static_cast<const void*>(rows[g * 16 + j] + h * 64));
+        _mm_prefetch(static_cast<const char*>(prefetch_address(rows[g * 16 + j], h * 64 + pair_tile_prefetch)), _MM_HINT_T1);
+        lowest = _mm512_min_epu8(lowest, _mm512_add_epi8(_mm512_add_epi8(r[j], r[j]), two));
+      }
+      std::uint32_t* dst = pt + g * pair_tile_dwords + h * 16 * 2 * 16;
+      if (_mm512_cmple_epu8_mask(lowest, _mm512_set1_epi8(16)) == 0) {
+        decode_group16<false>(r, dst);
+      } else {
+        decode_group16<true>(r, dst);
+      }
+    }
+  }
+#elif DSA_LINEAR_AVX2
+  const __m256i two = _mm256_set1_epi8(2);
+  const __m256i sixteen = _mm256_set1_epi8(16);
+  for (index_t g = 0; g < NR / 8; ++g) {
+    for (index_t h = 0; h < 4; ++h) {
+      __m256i r[8];
+      __m256i lowest = _mm256_set1_epi8(static_cast<char>(0xFF));
+      for (int j = 0; j < 8; ++j) {
+        r[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[g * 8 + j] + h * 32));
+        if (h % 2 == 0) {
+          _mm_prefetch(static_cast<const char*>(prefetch_address(rows[g * 8 + j], h * 32 + pair_tile_prefetch)), _MM_HINT_T1);
+        }
+        lowest = _mm256_min_epu8(lowest, _mm256_add_epi8(_mm256_add_epi8(r[j], r[j]), two));
+      }
+      std::uint32_t* dst = pt + g * pair_tile_dwords + h * 8 * 2 * 8;
+      // lowest <= 16 in some byte <=> min(lowest, 16) == lowest there.
+      if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_min_epu8(lowest, sixteen), lowest)) == 0) {
+        decode_group8<false>(r, dst);
+      } else {
+        decode_group8<true>(r, dst);
+      }
+    }
+  }
+#else
+  const std::uint16_t* bf = e4m3_tile_bf16();
+  constexpr index_t G = group_rows;
+  for (index_t g = 0; g < NR / G; ++g) {
+    std::uint32_t* dst = pt + g * pair_tile_dwords;
+    for (index_t j = 0; j < G; ++j) {
+      const std::uint8_t* c = rows[g * G + j];
+      for (index_t q = 0; q < quads; ++q) {
+        dst[(2 * q) * G + j] = bf[c[4 * q]] | (static_cast<std::uint32_t>(bf[c[4 * q + 2]]) << 16);
+        dst[(2 * q + 1) * G + j] = bf[c[4 * q + 1]] | (static_cast<std::uint32_t>(bf[c[4 * q + 3]]) << 16);
+      }
+    }
+  }
+#endif
+}
+
+/// The fp32 values of a pair vector: (low halves, high halves), i.e. codes (4q, 4q + 2) of A or
+/// (4q + 1, 4q + 3) of B for every row of the group.
+DSA_FORCEINLINE void widen_pairs(const std::uint32_t* p, vfloat& lo, vfloat& hi) {
+  vuint v;
+  std::memcpy(&v, p, sizeof v);
+  lo = reinterpret_cast<vfloat>(v << 16);
+  hi = reinterpret_cast<vfloat>(v & 0xFFFF0000u);
+}
+
+/// The T values of a pair vector's half (vfloat) as `lanes<float> / lanes<T>` T vectors.
+template <class T>
+DSA_FORCEINLINE void to_lanes(vfloat f, typename vec_of<T>::type* out) {
+  if constexpr (std::is_same_v<T, float>) {
+    out[0] = f;
+  } else {
+#if DSA_LINEAR_AVX512
+    const __m512 v = f;
+    out[0] = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    out[1] = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+#elif defined(__AVX__)
+    const __m256 v = f;
+    out[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    out[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+#else
+    const vfloat_half lo = __builtin_shufflevector(f, f, 0, 1);
+    const vfloat_half hi = __builtin_shufflevector(f, f, 2, 3);
+    out[0] = __builtin_convertvector(lo, vdouble);
+    out[1] = __builtin_convertvector(hi, vdouble);
+#endif
+  }
+}
+
+// ---- micro-kernels and the promotion ------------------------------------------------------------
+
+/// Decode: d[(b * MR + i) * NR + j] = fl32(sum over k-block b of x[i][b * 128 + k] *
+/// w[j][b * 128 + k]) for NB blocks, MR rows and NR outputs, from NB pair tiles (pt + b *
+/// tile_stride). Every output lane sums its block in ascending k from +0 (the fp8_dot::fp32
+/// order for T = float; exact for T = double); the NB x MR x NR / lanes sums are independent
+/// chains. The products are exact in T, so FMA contraction cannot change a bit.
+template <class T, int MR, index_t NR, int NB>
+DSA_FORCEINLINE void gemv_micro(const T* DSA_RESTRICT x, index_t ldx, const std::uint32_t* DSA_RESTRICT pt,
+                                index_t tile_stride, float* DSA_RESTRICT d) {
+  using V = typename vec_of<T>::type;
+  constexpr index_t G = group_rows;
+  constexpr index_t NG = NR / G;
+  constexpr index_t W = G / lanes<T>;  // T vectors per group
+  V acc[NB][MR][NG * W];
+#pragma GCC unroll 4
+  for (int b = 0; b < NB; ++b) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+      for (index_t v = 0; v < NG * W; ++v) acc[b][i][v] = V{};
+    }
+  }
+  for (index_t q = 0; q < quads; ++q) {
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; ++b) {
+#pragma GCC unroll 4
+      for (index_t g = 0; g < NG; ++g) {
+        const std::uint32_t* p = pt + b * tile_stride + g * pair_tile_dwords + (2 * q) * G;
+        vfloat f0, f1, f2, f3;  // codes 4q, 4q + 1, 4q + 2, 4q + 3
+        widen_pairs(p, f0, f2);
+        widen_pairs(p + G, f1, f3);
+        V w0[W], w1[W], w2[W], w3[W];
+        to_lanes<T>(f0, w0);
+        to_lanes<T>(f1, w1);
+        to_lanes<T>(f2, w2);
+        to_lanes<T>(f3, w3);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          const T* xi = x + i * ldx + b * block + 4 * q;
+#pragma GCC unroll 2
+          for (index_t v = 0; v < W; ++v) {
+            V a = acc[b][i][g * W + v];
+            a += xi[0] * w0[v];
+            a += xi[1] * w1[v];
+            a += xi[2] * w2[v];
+            a += xi[3] * w3[v];
+            acc[b][i][g * W + v] = a;
+          }
         }
       }
-      for (index_t i = 0; i < t; ++i) y(i, n) = from_float<O>(acc[i]);
+    }
+  }
+  constexpr index_t L = lanes<T>;
+#pragma GCC unroll 4
+  for (int b = 0; b < NB; ++b) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+      for (index_t v = 0; v < NG * W; ++v) {
+#pragma GCC unroll 16
+        for (index_t l = 0; l < L; ++l) d[(b * MR + i) * NR + v * L + l] = static_cast<float>(acc[b][i][v][l]);
+      }
+    }
+  }
+}
+
+/// gemv_micro for mr <= M rows and nb <= NB blocks, chosen at run time.
+template <class T, index_t NR, int M, int NB>
+DSA_FORCEINLINE void gemv_micro_dispatch(int mr, int nb, const T* x, index_t ldx, const std::uint32_t* pt,
+                                         index_t tile_stride, float* d) {
+  if constexpr (M >= 1 && NB >= 1) {
+    if (nb < NB) {
+      gemv_micro_dispatch<T, NR, M, NB - 1>(mr, nb, x, ldx, pt, tile_stride, d);
+    } else if (mr < M) {
+      gemv_micro_dispatch<T, NR, M - 1, NB>(mr, nb, x, ldx, pt, tile_stride, d);
+    } else {
+      gemv_micro<T, M, NR, NB>(x, ldx, pt, tile_stride, d);
+    }
+  }
+}
+
+/// Prefill: the pair tile of one block widened into tile[k][NR] of T (once per block, shared by
+/// every row of the chunk).
+template <class T, index_t NR>
+DSA_FORCEINLINE void widen_tile(const std::uint32_t* DSA_RESTRICT pt, T* DSA_RESTRICT tile) {
+  using V = typename vec_of<T>::type;
+  constexpr index_t G = group_rows;
+  constexpr index_t W = G / lanes<T>;
+  for (index_t g = 0; g < NR / G; ++g) {
+    for (index_t q = 0; q < quads; ++q) {
+      const std::uint32_t* p = pt + g * pair_tile_dwords + (2 * q) * G;
+      vfloat f[4];
+      widen_pairs(p, f[0], f[2]);
+      widen_pairs(p + G, f[1], f[3]);
+      for (index_t c = 0; c < 4; ++c) {
+        V w[W];
+        to_lanes<T>(f[c], w);
+        for (index_t v = 0; v < W; ++v) {
+          std::memcpy(tile + (4 * q + c) * NR + g * G + v * lanes<T>, &w[v], sizeof(V));
+        }
+      }
+    }
+  }
+}
+
+/// Prefill: d[i][j] = fl32(sum over the block of x[i][k] * tile[k][j]) for MR rows and NR
+/// outputs (x broadcast, NR / lanes vectors per row), each lane in ascending k from +0.
+template <class T, int MR, index_t NR>
+DSA_FORCEINLINE void gemm_micro(const T* DSA_RESTRICT x, index_t ldx, const T* DSA_RESTRICT tile,
+                                float* DSA_RESTRICT d) {
+  using V = typename vec_of<T>::type;
+  constexpr index_t L = lanes<T>;
+  constexpr index_t NV = NR / L;
+  V acc[MR][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (index_t v = 0; v < NV; ++v) acc[i][v] = V{};
+  }
+#pragma GCC unroll 2
+  for (index_t k = 0; k < block; ++k) {
+    V w[NV];
+#pragma GCC unroll 8
+    for (index_t v = 0; v < NV; ++v) w[v] = *reinterpret_cast<const V*>(tile + k * NR + v * L);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const T xi = x[i * ldx + k];
+#pragma GCC unroll 8
+      for (index_t v = 0; v < NV; ++v) acc[i][v] += xi * w[v];
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (index_t v = 0; v < NV; ++v) {
+#pragma GCC unroll 16
+      for (index_t l = 0; l < L; ++l) d[i * NR + v * L + l] = static_cast<float>(acc[i][v][l]);
+    }
+  }
+}
+
+template <class T, index_t NR, int M>
+DSA_FORCEINLINE void gemm_micro_dispatch(int mr, const T* x, index_t ldx, const T* tile, float* d) {
+  if constexpr (M >= 1) {
+    if (mr < M) {
+      gemm_micro_dispatch<T, NR, M - 1>(mr, x, ldx, tile, d);
+    } else {
+      gemm_micro<T, M, NR>(x, ldx, tile, d);
+    }
+  }
+}
+
+/// p[j] = fp8_linear_accumulate(p[j], d[j], s) for j in [0, n): the product rounded on its own,
+/// never fused with the addition.
+template <index_t n>
+DSA_FORCEINLINE void promote(float* DSA_RESTRICT p, const float* DSA_RESTRICT d, float s) {
+#if DSA_LINEAR_AVX512
+  static_assert(n % 16 == 0);
+  const __m512 sv = _mm512_set1_ps(s);
+  for (index_t j = 0; j < n; j += 16) {
+    const __m512 prod = _mm512_mul_round_ps(_mm512_load_ps(d + j), sv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm512_store_ps(p + j, _mm512_add_ps(_mm512_load_ps(p + j), prod));
+  }
+#elif DSA_LINEAR_AVX2 && defined(__FMA__)
+  static_assert(n % 8 == 0);
+  const __m256 sv = _mm256_set1_ps(s);
+  const __m256 nz = _mm256_set1_ps(-0.0f);
+  for (index_t j = 0; j < n; j += 8) {
+    const __m256 prod = _mm256_fmadd_ps(_mm256_load_ps(d + j), sv, nz);
+    _mm256_store_ps(p + j, _mm256_add_ps(_mm256_load_ps(p + j), prod));
+  }
+#else
+  for (index_t j = 0; j < n; ++j) p[j] = fp8_linear_accumulate(p[j], d[j], s);
+#endif
+}
+
+// ---- activations --------------------------------------------------------------------------------
+
+/// Quantizes rows [r0, r0 + rows) of x with act_quant (its CPU implementation, 1 x 128 groups):
+/// the group scales into scales[rows][in / 128] and the codes' values times activation_scale
+/// into vals as T, rows of `in` values, or packed = [in / 128][rows][128] (the GEMM's layout: a
+/// block of every row of the chunk is contiguous).
+template <class T, class X>
+void quantize_rows(const cpu_backend& be, const tensor_view<const X, 2>& x, index_t r0, index_t rows,
+                   scale_format fmt, T* vals, float* scales, bool packed = false) {
+  const index_t in = x.extent(1);
+  const index_t nkb = in / block;
+  fp8_e4m3* codes = scratch<fp8_e4m3, 7>(static_cast<std::size_t>(rows * in));
+  const tensor_view<const X, 2> xr(x.row(r0), {rows, in}, {x.stride(0), 1});
+  op_impl<cpu_backend, act_quant_op>::run(be, xr, tensor_view<fp8_e4m3, 2>(codes, {rows, in}),
+                                          tensor_view<float, 2>(scales, {rows, nkb}), act_quant_config{fmt, block});
+  auto body = [&](index_t b, index_t e) {
+    const T* values = e4m3_activation_values<T>();
+    for (index_t i = b; i < e; ++i) {
+      for (index_t kb = 0; kb < nkb; ++kb) {
+        const std::uint8_t* c = code_bytes(codes + i * in + kb * block);
+        T* dst = packed ? vals + (kb * rows + i) * block : vals + i * in + kb * block;
+        for (index_t k = 0; k < block; ++k) dst[k] = values[c[k]];
+      }
+    }
+  };
+  if (rows * in >= (index_t{1} << 16)) {
+    parallel_for(be, rows, 4, body);
+  } else {
+    body(0, rows);
+  }
+}
+
+// ---- fp8_linear drivers -------------------------------------------------------------------------
+
+/// Weights of at least this many bytes are split over threads by the GEMV; smaller ones run on
+/// the calling thread (waking a worker costs more than it saves).
+inline constexpr index_t gemv_parallel_bytes = index_t{1} << 16;
+
+/// The rows of panel p (NR outputs from n0): pointers to their codes, or to zero_codes (which
+/// never advance: step 0) past the last output.
+template <index_t NR>
+struct panel_rows {
+  const std::uint8_t* base[NR];
+  index_t step[NR];
+  const std::uint8_t* at[NR];
+  void init(const tensor_view<const fp8_e4m3, 2>& w, index_t n0) {
+    const index_t nn = std::min(NR, w.extent(0) - n0);
+    for (index_t j = 0; j < NR; ++j) {
+      base[j] = j < nn ? code_bytes(w.row(n0 + j)) : zero_codes();
+      step[j] = j < nn ? block : 0;
+    }
+  }
+  const std::uint8_t* const* block_rows(index_t kb) {
+    for (index_t j = 0; j < NR; ++j) at[j] = base[j] + kb * step[j];
+    return at;
+  }
+};
+
+template <class O>
+void store_panel(const tensor_view<O, 2>& y, index_t y0, index_t rows, index_t n0, index_t nn, const float* acc,
+                 index_t nr) {
+  for (index_t i = 0; i < rows; ++i) {
+    O* yr = y.row(y0 + i) + n0;
+    const float* ar = acc + i * nr;
+    for (index_t j = 0; j < nn; ++j) yr[j] = from_float<O>(ar[j]);
+  }
+}
+
+/// Decode (t <= 4 rows): panels of NR outputs split over threads; each panel walks the k-blocks
+/// nb at a time: nb pair tiles, one micro-kernel call for all rows, then every block's
+/// promotion in ascending order.
+template <class T, index_t NR, class O>
+void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, const tensor_view<const fp8_e4m3, 2>& w,
+              const tensor_view<const float, 2>& ws, const tensor_view<O, 2>& y) {
+  const index_t in = w.extent(1);
+  const index_t out = w.extent(0);
+  const index_t nkb = in / block;
+  const index_t panels = (out + NR - 1) / NR;
+  const int nb_max = gemv_nb<T>(t);
+  constexpr index_t tile_stride = (NR / group_rows) * pair_tile_dwords;
+  auto body = [&](index_t p0, index_t p1) {
+    std::uint32_t* pt = scratch<std::uint32_t, 1>(static_cast<std::size_t>(gemv_max_nb * tile_stride));
+    float* d = scratch<float, 2>(static_cast<std::size_t>(gemv_max_nb * 4 * NR));
+    alignas(64) float acc[4 * NR];
+    panel_rows<NR> rows;
+    for (index_t p = p0; p < p1; ++p) {
+      const index_t n0 = p * NR;
+      rows.init(w, n0);
+      std::fill(acc, acc + t * NR, 0.0f);
+      const float* wsr = ws.row(n0 / block);
+      for (index_t kb0 = 0; kb0 < nkb; kb0 += nb_max) {
+        const int nb = static_cast<int>(std::min<index_t>(nb_max, nkb - kb0));
+        for (int b = 0; b < nb; ++b) decode_pair_tile<NR>(rows.block_rows(kb0 + b), pt + b * tile_stride);
+        gemv_micro_dispatch<T, NR, 4, gemv_max_nb>(static_cast<int>(t), nb, xv + kb0 * block, in, pt, tile_stride, d);
+        for (int b = 0; b < nb; ++b) {
+          const float wscale = wsr[kb0 + b];
+          for (index_t i = 0; i < t; ++i) {
+            promote<NR>(acc + i * NR, d + (b * t + i) * NR, fp8_linear_block_scale(xs[i * nkb + kb0 + b], wscale));
+          }
+        }
+      }
+      store_panel(y, 0, t, n0, std::min(NR, out - n0), acc, NR);
+    }
+  };
+  if (out * in >= gemv_parallel_bytes) {
+    parallel_for(be, panels, 1, body);
+  } else {
+    body(0, panels);
+  }
+}
+
+/// Prefill: rows [0, rows) of a chunk (decoded activations xv [rows][in], scales xs) into
+/// y.row(y0 + i). Panels of NR outputs split over threads; per panel and block: the pair tile,
+/// widened once into a T tile, then MR rows at a time through the micro-kernel and the
+/// promotion.
+template <class T, index_t NR, int MR, class O>
+void fp8_gemm(const cpu_backend& be, const T* xv, const float* xs, index_t rows, const tensor_view<const fp8_e4m3, 2>& w,
+              const tensor_view<const float, 2>& ws, const tensor_view<O, 2>& y, index_t y0) {
+  const index_t in = w.extent(1);
+  const index_t out = w.extent(0);
+  const index_t nkb = in / block;
+  const index_t panels = (out + NR - 1) / NR;
+  parallel_for(be, panels, 1, [&](index_t p0, index_t p1) {
+    std::uint32_t* pt = scratch<std::uint32_t, 1>(static_cast<std::size_t>((NR / group_rows) * pair_tile_dwords));
+    T* tile = scratch<T, 3>(static_cast<std::size_t>(block * NR));
+    float* d = scratch<float, 2>(static_cast<std::size_t>(MR * NR));
+    float* acc = scratch<float, 4>(static_cast<std::size_t>(rows * NR));
+    panel_rows<NR> prow;
+    for (index_t p = p0; p < p1; ++p) {
+      const index_t n0 = p * NR;
+      prow.init(w, n0);
+      std::fill(acc, acc + rows * NR, 0.0f);
+      const float* wsr = ws.row(n0 / block);
+      for (index_t kb = 0; kb < nkb; ++kb) {
+        decode_pair_tile<NR>(prow.block_rows(kb), pt);
+        widen_tile<T, NR>(pt, tile);
+        const float wscale = wsr[kb];
+        for (index_t i0 = 0; i0 < rows; i0 += MR) {
+          const int mr = static_cast<int>(std::min<index_t>(MR, rows - i0));
+          gemm_micro_dispatch<T, NR, MR>(mr, xv + (kb * rows + i0) * block, block, tile, d);
+          for (int i = 0; i < mr; ++i) {
+            promote<NR>(acc + (i0 + i) * NR, d + i * NR, fp8_linear_block_scale(xs[(i0 + i) * nkb + kb], wscale));
+          }
+        }
+      }
+      store_panel(y, y0, rows, n0, std::min(NR, out - n0), acc, NR);
     }
   });
 }
 
-// Many rows: rows in chunks (bounding the decoded-activation scratch), 128-output panels over
-// threads, one Eigen double GEMM per (panel, k-block) and the fp32 promotion epilogue.
-template <class X, class O>
-void fp8_gemm(const cpu_backend& be, const tensor_view<const X, 2>& x, const tensor_view<const fp8_e4m3, 2>& w,
-              const tensor_view<const float, 2>& ws, const tensor_view<O, 2>& y, scale_format fmt) {
+template <class T, class X, class O>
+void fp8_linear_run(const cpu_backend& be, const tensor_view<const X, 2>& x, const tensor_view<const fp8_e4m3, 2>& w,
+                    const tensor_view<const float, 2>& ws, const tensor_view<O, 2>& y, scale_format fmt) {
+  using shape = fp8_shape<T>;
   const index_t t = x.extent(0);
   const index_t in = x.extent(1);
-  const index_t out = w.extent(0);
   const index_t nkb = in / block;
-  const index_t panels = (out + block - 1) / block;
-  // About 4 MiB of decoded activations per chunk, and enough rows to amortise decoding w.
-  const index_t chunk = std::clamp<index_t>((index_t{1} << 19) / in, 32, 256);
-  aligned_vector<double> xv(static_cast<std::size_t>(std::min(chunk, t) * in));
-  std::vector<float> xs(static_cast<std::size_t>(std::min(chunk, t) * nkb));
+  if (t <= 4) {
+    // Decode: the activations are a few KB (decoded on the calling thread's scratch, read by
+    // every worker); the weights stream once.
+    T* xv = scratch<T, 5>(static_cast<std::size_t>(t * in));
+    float* xs = scratch<float, 6>(static_cast<std::size_t>(t * nkb));
+    quantize_rows(be, x, 0, t, fmt, xv, xs);
+    fp8_gemv<T, shape::gemv_nr>(be, xv, xs, t, w, ws, y);
+    return;
+  }
+  // Prefill: rows in chunks of about 8 MiB of decoded activations (each chunk decodes the
+  // weights once more), MR rows per micro-kernel call.
+  // The chunks are balanced (t = 256 is two chunks of 128, not 252 + 4: each chunk decodes the
+  // whole weight).
+  constexpr index_t mr = shape::gemm_mr;
+  const index_t by_size = (index_t{8} << 20) / (in * static_cast<index_t>(sizeof(T)));
+  const index_t chunk_max = std::clamp<index_t>(by_size / mr * mr, 4 * mr, 256 / mr * mr);
+  const index_t chunks = (t + chunk_max - 1) / chunk_max;
+  const index_t chunk = ((t + chunks - 1) / chunks + mr - 1) / mr * mr;
+  const index_t rows_max = std::min(chunk, t);
+  T* xv = scratch<T, 5>(static_cast<std::size_t>(rows_max * in));
+  float* xs = scratch<float, 6>(static_cast<std::size_t>(rows_max * nkb));
   for (index_t r0 = 0; r0 < t; r0 += chunk) {
     const index_t rows = std::min(chunk, t - r0);
-    quantize_rows(be, x, r0, rows, fmt, xv.data(), xs.data());
-    parallel_for(be, panels, 1, [&](index_t p0, index_t p1) {
-      aligned_vector<double> wd(static_cast<std::size_t>(block * block));
-      aligned_vector<double> dot(static_cast<std::size_t>(rows * block));
-      aligned_vector<float> acc(static_cast<std::size_t>(rows * block));
-      alignas(64) float wf[block];
-      for (index_t p = p0; p < p1; ++p) {
-        const index_t n0 = p * block;
-        const index_t nn = std::min(block, out - n0);
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (index_t kb = 0; kb < nkb; ++kb) {
-          for (index_t j = 0; j < nn; ++j) {
-            decode_e4m3_block(code_bytes(w.row(n0 + j)) + kb * block, wf);
-            double* dst = wd.data() + j * block;
-            for (index_t k = 0; k < block; ++k) dst[k] = static_cast<double>(wf[k]);
-          }
-          Eigen::Map<const row_major<double>, 0, Eigen::OuterStride<>> xb(xv.data() + kb * block, rows, block,
-                                                                          Eigen::OuterStride<>(in));
-          Eigen::Map<const row_major<double>> wb(wd.data(), nn, block);
-          Eigen::Map<row_major<double>> db(dot.data(), rows, nn);
-          db.noalias() = xb * wb.transpose();
-          const float wscale = ws(p, kb);
-          for (index_t i = 0; i < rows; ++i) {
-            const float s = fp8_linear_block_scale(xs[i * nkb + kb], wscale);
-            const double* dr = dot.data() + i * nn;
-            float* ar = acc.data() + i * block;
-            for (index_t j = 0; j < nn; ++j) ar[j] = fp8_linear_accumulate(ar[j], static_cast<float>(dr[j]), s);
-          }
-        }
-        for (index_t i = 0; i < rows; ++i) {
-          O* yr = y.row(r0 + i) + n0;
-          const float* ar = acc.data() + i * block;
-          for (index_t j = 0; j < nn; ++j) yr[j] = from_float<O>(ar[j]);
-        }
-      }
-    });
+    quantize_rows(be, x, r0, rows, fmt, xv, xs, true);
+    fp8_gemm<T, shape::gemm_nr, static_cast<int>(mr)>(be, xv, xs, rows, w, ws, y, r0);
   }
 }
 
@@ -193,6 +836,98 @@ void fill_zero(const cpu_backend& be, const tensor_view<O, 2>& y) {
       for (index_t j = 0; j < y.extent(1); ++j) yr[j] = from_float<O>(0.0f);
     }
   });
+}
+
+// ---- linear -------------------------------------------------------------------------------------
+
+DSA_FORCEINLINE vfloat load_vec(const float* p) {
+  vfloat v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+DSA_FORCEINLINE vfloat load_vec(const bf16* p) {
+  vhalf h;
+  std::memcpy(&h, p, sizeof h);
+  return reinterpret_cast<vfloat>(__builtin_convertvector(h, vuint) << 16);
+}
+
+/// The lanes of v summed in a fixed tree (halves, then quarters, ...).
+DSA_FORCEINLINE float reduce_lanes(vfloat v) {
+  constexpr index_t L = lanes<float>;
+  float t[L];
+  std::memcpy(t, &v, sizeof v);
+  for (index_t width = L / 2; width >= 1; width /= 2) {
+    for (index_t l = 0; l < width; ++l) t[l] += t[l + width];
+  }
+  return t[0];
+}
+
+/// GEMV of TR <= 4 rows: four outputs at a time, each summed over k in vector lanes from the
+/// weight row itself (bf16 widened in registers), the lanes reduced in a fixed tree and the
+/// k tail added in order.
+template <int TR, class W, class O>
+void linear_gemv_rows(const cpu_backend& be, const float* xf, index_t in, const tensor_view<const W, 2>& w,
+                      const tensor_view<O, 2>& y) {
+  constexpr index_t L = lanes<float>;
+  constexpr index_t G = 4;
+  const index_t out = w.extent(0);
+  const index_t inv = in / L * L;
+  const index_t groups = (out + G - 1) / G;
+  auto body = [&](index_t g0, index_t g1) {
+    for (index_t g = g0; g < g1; ++g) {
+      const index_t n0 = g * G;
+      const index_t nn = std::min(G, out - n0);
+      const W* wr[G];
+      for (index_t j = 0; j < G; ++j) wr[j] = w.row(n0 + std::min(j, nn - 1));
+      vfloat acc[TR][G];
+#pragma GCC unroll 4
+      for (int i = 0; i < TR; ++i) {
+#pragma GCC unroll 4
+        for (index_t j = 0; j < G; ++j) acc[i][j] = vfloat{};
+      }
+      for (index_t k = 0; k < inv; k += L) {
+        vfloat wv[G];
+#pragma GCC unroll 4
+        for (index_t j = 0; j < G; ++j) wv[j] = load_vec(wr[j] + k);
+#pragma GCC unroll 4
+        for (int i = 0; i < TR; ++i) {
+          const vfloat xk = load_vec(xf + i * in + k);
+#pragma GCC unroll 4
+          for (index_t j = 0; j < G; ++j) acc[i][j] += xk * wv[j];
+        }
+      }
+      for (int i = 0; i < TR; ++i) {
+        for (index_t j = 0; j < nn; ++j) {
+          float s = reduce_lanes(acc[i][j]);
+          for (index_t k = inv; k < in; ++k) s += xf[i * in + k] * to_float(wr[j][k]);
+          y(i, n0 + j) = from_float<O>(s);
+        }
+      }
+    }
+  };
+  if (out * in * static_cast<index_t>(sizeof(W)) >= gemv_parallel_bytes) {
+    parallel_for(be, groups, 8, body);
+  } else {
+    body(0, groups);
+  }
+}
+
+template <class X, class W, class O>
+void linear_gemv(const cpu_backend& be, const tensor_view<const X, 2>& x, const tensor_view<const W, 2>& w,
+                 const tensor_view<O, 2>& y) {
+  const index_t t = x.extent(0);
+  const index_t in = x.extent(1);
+  float* xf = scratch<float, 6>(static_cast<std::size_t>(t * in));
+  for (index_t i = 0; i < t; ++i) {
+    const X* xr = x.row(i);
+    for (index_t k = 0; k < in; ++k) xf[i * in + k] = to_float(xr[k]);
+  }
+  switch (t) {
+    case 1: linear_gemv_rows<1>(be, xf, in, w, y); break;
+    case 2: linear_gemv_rows<2>(be, xf, in, w, y); break;
+    case 3: linear_gemv_rows<3>(be, xf, in, w, y); break;
+    default: linear_gemv_rows<4>(be, xf, in, w, y); break;
+  }
 }
 
 // A rank-2 host view as a row-major Eigen map (unit inner stride, checked by the front-end).
@@ -215,6 +950,10 @@ void linear(const cpu_backend& be, const tensor_view<const X, 2>& x, const tenso
   const index_t out = w.extent(0);
   if (in == 0) {
     fill_zero(be, y);
+    return;
+  }
+  if (t <= 4) {
+    linear_gemv(be, x, w, y);
     return;
   }
   const index_t panel = linear_panel(in);
@@ -305,10 +1044,10 @@ struct op_impl<cpu_backend, fp8_linear_op> {
     namespace impl = cpu_detail::linear_impl;
     if (x.extent(1) == 0) {
       impl::fill_zero(be, y);
-    } else if (x.extent(0) <= 4) {
-      impl::fp8_gemv(be, x, w, w_scale, y, act_format);
+    } else if (be.fp8_block_dot == fp8_dot::fp32) {
+      impl::fp8_linear_run<float>(be, x, w, w_scale, y, act_format);
     } else {
-      impl::fp8_gemm(be, x, w, w_scale, y, act_format);
+      impl::fp8_linear_run<double>(be, x, w, w_scale, y, act_format);
     }
   }
 };

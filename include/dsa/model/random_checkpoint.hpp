@@ -22,12 +22,23 @@
 // exact integer arithmetic, so the weights are bit-identical on every platform, unlike
 // std::normal_distribution's. They are approximately normal and bounded by +-6 sigma.
 //
+// Size: a checkpoint whose tensors exceed shard_bytes (4 GiB by default; V3.2's layer widths,
+// for instance) is written as shards, one per unit of the module tree (the embedding, each layer,
+// the final norm with lm_head), named model-0000i-of-0000N.safetensors with a
+// model.safetensors.index.json, as Hugging Face checkpoints are; each unit is generated, written
+// and freed in turn, so the memory needed is that of the largest unit (at V3.2 widths with 32
+// experts, the MoE layer's 1.5 GB), not of the whole checkpoint. The experts of a layer are
+// generated in parallel (on `be`'s threads; each has its own stream, so the bytes do not depend
+// on the thread count).
+//
 // Part of the dsa::model target.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -46,6 +57,7 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/cpu/fp8_quant.hpp"
+#include "dsa/cpu/parallel.hpp"
 #include "dsa/model/config.hpp"
 #include "dsa/model/safetensors.hpp"
 #include "dsa/ops/fp8_quant.hpp"
@@ -168,61 +180,133 @@ std::vector<std::byte> to_bytes(const std::vector<T>& v) {
   return b;
 }
 
-/// Builds the tensors of one checkpoint; one method per kind of tensor.
+/// Builds the tensors of one checkpoint, unit by unit (unit 0: the embedding; 1 .. L: the
+/// layers; L + 1: the final norm and lm_head); one method per kind of tensor. With `dry` set it
+/// produces only names, dtypes and shapes (no data), to size the checkpoint.
 class generator {
  public:
-  generator(const config& cfg, std::uint64_t seed, const cpu_backend& be) : cfg_(cfg), seed_(seed), be_(be) {}
+  generator(const config& cfg, std::uint64_t seed, const cpu_backend& be, bool dry = false)
+      : cfg_(cfg), seed_(seed), be_(be), dry_(dry) {}
 
-  std::vector<owned_tensor> run() {
+  index_t units() const { return cfg_.num_hidden_layers + 2; }
+
+  std::vector<owned_tensor> unit(index_t u) {
     const config& c = cfg_;
     const index_t hidden = c.hidden_size;
-    embedding("model.embed_tokens.weight", c.vocab_size, hidden);
-    for (index_t l = 0; l < c.num_hidden_layers; ++l) {
-      const std::string p = "model.layers." + std::to_string(l) + ".";
-      norm(p + "input_layernorm.weight", hidden);
-      norm(p + "post_attention_layernorm.weight", hidden);
-      const std::string a = p + "self_attn.";
-      linear(a + "q_a_proj", c.q_lora_rank, hidden);
-      norm(a + "q_a_layernorm.weight", c.q_lora_rank);
-      linear(a + "q_b_proj", c.num_attention_heads * c.qk_head_dim(), c.q_lora_rank);
-      linear(a + "kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, hidden);
-      norm(a + "kv_a_layernorm.weight", c.kv_lora_rank);
-      linear(a + "kv_b_proj", c.num_attention_heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank);
-      linear(a + "o_proj", hidden, c.num_attention_heads * c.v_head_dim);
-      const std::string ix = a + "indexer.";
-      linear(ix + "wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
-      linear(ix + "wk", c.index_head_dim, hidden);
-      norm(ix + "k_norm.weight", c.index_head_dim);
-      vector_f32(ix + "k_norm.bias", c.index_head_dim, 0.1f);
-      dense_bf16(ix + "weights_proj.weight", c.index_n_heads, hidden);
-      const std::string m = p + "mlp.";
-      if (!c.is_moe_layer(l)) {
-        mlp(m, c.intermediate_size);
-        continue;
-      }
-      dense_bf16(m + "gate.weight", c.n_routed_experts, hidden);
-      vector_f32(m + "gate.e_score_correction_bias", c.n_routed_experts, 0.05f);
-      for (index_t e = 0; e < c.n_routed_experts; ++e) {
-        mlp(m + "experts." + std::to_string(e) + ".", c.moe_intermediate_size);
-      }
-      if (c.n_shared_experts > 0) mlp(m + "shared_experts.", c.n_shared_experts * c.moe_intermediate_size);
+    out_.clear();
+    if (u == 0) {
+      embedding("model.embed_tokens.weight", c.vocab_size, hidden);
+    } else if (u == units() - 1) {
+      norm("model.norm.weight", hidden);
+      if (!c.tie_word_embeddings) dense_bf16("lm_head.weight", c.vocab_size, hidden);
+    } else {
+      layer(u - 1);
     }
-    norm("model.norm.weight", hidden);
-    if (!c.tie_word_embeddings) dense_bf16("lm_head.weight", c.vocab_size, hidden);
     return std::move(out_);
   }
 
+  std::vector<owned_tensor> run() {
+    std::vector<owned_tensor> all;
+    for (index_t u = 0; u < units(); ++u) {
+      std::vector<owned_tensor> part = unit(u);
+      for (owned_tensor& t : part) all.push_back(std::move(t));
+    }
+    return all;
+  }
+
  private:
+  void layer(index_t l) {
+    const config& c = cfg_;
+    const index_t hidden = c.hidden_size;
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    norm(p + "input_layernorm.weight", hidden);
+    norm(p + "post_attention_layernorm.weight", hidden);
+    const std::string a = p + "self_attn.";
+    linear(a + "q_a_proj", c.q_lora_rank, hidden);
+    norm(a + "q_a_layernorm.weight", c.q_lora_rank);
+    linear(a + "q_b_proj", c.num_attention_heads * c.qk_head_dim(), c.q_lora_rank);
+    linear(a + "kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, hidden);
+    norm(a + "kv_a_layernorm.weight", c.kv_lora_rank);
+    linear(a + "kv_b_proj", c.num_attention_heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank);
+    linear(a + "o_proj", hidden, c.num_attention_heads * c.v_head_dim);
+    const std::string ix = a + "indexer.";
+    linear(ix + "wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+    linear(ix + "wk", c.index_head_dim, hidden);
+    norm(ix + "k_norm.weight", c.index_head_dim);
+    vector_f32(ix + "k_norm.bias", c.index_head_dim, 0.1f);
+    dense_bf16(ix + "weights_proj.weight", c.index_n_heads, hidden);
+    const std::string m = p + "mlp.";
+    if (!c.is_moe_layer(l)) {
+      mlp(m, c.intermediate_size);
+      return;
+    }
+    dense_bf16(m + "gate.weight", c.n_routed_experts, hidden);
+    vector_f32(m + "gate.e_score_correction_bias", c.n_routed_experts, 0.05f);
+    // The experts in parallel, each into its own list, appended in expert order.
+    std::vector<std::vector<owned_tensor>> experts(static_cast<std::size_t>(c.n_routed_experts));
+    auto run_experts = [&](index_t e0, index_t e1) {
+      for (index_t e = e0; e < e1; ++e) {
+        generator g(cfg_, seed_, cpu_backend{1}, dry_);
+        g.mlp(m + "experts." + std::to_string(e) + ".", c.moe_intermediate_size);
+        experts[static_cast<std::size_t>(e)] = std::move(g.out_);
+      }
+    };
+    if (dry_) {
+      run_experts(0, c.n_routed_experts);
+    } else {
+      cpu_detail::parallel_for(be_, c.n_routed_experts, 1, run_experts);
+    }
+    for (auto& list : experts) {
+      for (owned_tensor& t : list) out_.push_back(std::move(t));
+    }
+    if (c.n_shared_experts > 0) mlp(m + "shared_experts.", c.n_shared_experts * c.moe_intermediate_size);
+  }
+
+  // n values of offset + scale * N(0, 1) from the tensor's own stream, produced in chunks of at
+  // most `chunk` values into `sink(first, values, count)` (the stream is sequential, so chunking
+  // does not change a value).
+  template <class Sink>
+  void normals_chunked(std::string_view name, index_t n, float scale, float offset, Sink&& sink) {
+    normal_stream z(tensor_seed(seed_, name));
+    constexpr index_t chunk = index_t{1} << 20;
+    std::vector<float> v(static_cast<std::size_t>(std::min(n, chunk)));
+    for (index_t i0 = 0; i0 < n; i0 += chunk) {
+      const index_t len = std::min(chunk, n - i0);
+      for (index_t i = 0; i < len; ++i) v[static_cast<std::size_t>(i)] = offset + scale * z();
+      sink(i0, v.data(), len);
+    }
+  }
+
   // n values of `scale` * N(0, 1) from the tensor's own stream.
   std::vector<float> normals(std::string_view name, index_t n, float scale, float offset = 0.0f) {
-    normal_stream z(tensor_seed(seed_, name));
     std::vector<float> v(static_cast<std::size_t>(n));
-    for (float& x : v) x = offset + scale * z();
+    normals_chunked(name, n, scale, offset, [&](index_t i0, const float* src, index_t len) {
+      std::copy(src, src + len, v.begin() + i0);
+    });
     return v;
   }
 
   void push(std::string name, dtype t, std::vector<index_t> shape, std::vector<std::byte> data) {
     out_.push_back(owned_tensor{std::move(name), t, std::move(shape), std::move(data)});
+  }
+
+  // A bf16 tensor of offset + scale * N(0, 1), converted chunk by chunk (no fp32 copy of the
+  // whole tensor: the V3.2 embedding is 926M values).
+  void push_bf16_normals(std::string name, std::vector<index_t> shape, float scale) {
+    index_t n = 1;
+    for (index_t d : shape) n *= d;
+    if (dry_) {
+      push(std::move(name), dtype::bf16, std::move(shape), {});
+      return;
+    }
+    std::vector<std::byte> bytes(static_cast<std::size_t>(n) * sizeof(bf16));
+    normals_chunked(name, n, scale, 0.0f, [&](index_t i0, const float* src, index_t len) {
+      for (index_t i = 0; i < len; ++i) {
+        const bf16 b(src[i]);
+        std::memcpy(bytes.data() + static_cast<std::size_t>(i0 + i) * sizeof(bf16), &b, sizeof(bf16));
+      }
+    });
+    push(std::move(name), dtype::bf16, std::move(shape), std::move(bytes));
   }
 
   void push_bf16(std::string name, std::vector<index_t> shape, const std::vector<float>& v) {
@@ -232,28 +316,29 @@ class generator {
   }
 
   void norm(std::string name, index_t n) {
+    if (dry_) return push(std::move(name), dtype::f32, {n}, {});
     std::vector<float> v = normals(name, n, 0.1f, 1.0f);
     push(std::move(name), dtype::f32, {n}, to_bytes(v));
   }
 
   void vector_f32(std::string name, index_t n, float scale) {
+    if (dry_) return push(std::move(name), dtype::f32, {n}, {});
     std::vector<float> v = normals(name, n, scale);
     push(std::move(name), dtype::f32, {n}, to_bytes(v));
   }
 
-  void embedding(std::string name, index_t rows, index_t cols) { push_bf16(name, {rows, cols}, normals(name, rows * cols, 1.0f)); }
+  void embedding(std::string name, index_t rows, index_t cols) { push_bf16_normals(std::move(name), {rows, cols}, 1.0f); }
 
   void dense_bf16(std::string name, index_t rows, index_t cols) {
-    push_bf16(name, {rows, cols}, normals(name, rows * cols, inv_sqrt(cols)));
+    push_bf16_normals(std::move(name), {rows, cols}, inv_sqrt(cols));
   }
 
   // A linear layer `prefix`.weight [out, in] ~ N(0, 1/in): FP8 codes plus weight_scale_inv, or
   // bf16 when the config has no quantization_config.
   void linear(const std::string& prefix, index_t out, index_t in) {
     const std::string name = prefix + ".weight";
-    std::vector<float> w = normals(name, out * in, inv_sqrt(in));
     if (!cfg_.fp8_weights()) {
-      push_bf16(name, {out, in}, w);
+      push_bf16_normals(name, {out, in}, inv_sqrt(in));
       return;
     }
     const index_t bn = cfg_.quantization_config->block_n;
@@ -264,10 +349,17 @@ class generator {
     }
     const index_t sr = (out + bn - 1) / bn;
     const index_t sc = (in + bk - 1) / bk;
+    if (dry_) {
+      push(name, dtype::f8_e4m3, {out, in}, {});
+      push(prefix + ".weight_scale_inv", dtype::f32, {sr, sc}, {});
+      return;
+    }
+    std::vector<float> w = normals(name, out * in, inv_sqrt(in));
     std::vector<fp8_e4m3> q(w.size());
     std::vector<float> s(static_cast<std::size_t>(sr * sc));
     weight_quant(be_, host_view<const float, 2>(w.data(), {out, in}), host_view<fp8_e4m3, 2>(q.data(), {out, in}),
                  host_view<float, 2>(s.data(), {sr, sc}));
+    w = {};
     push(name, dtype::f8_e4m3, {out, in}, to_bytes(q));
     push(prefix + ".weight_scale_inv", dtype::f32, {sr, sc}, to_bytes(s));
   }
@@ -283,8 +375,38 @@ class generator {
   const config& cfg_;
   std::uint64_t seed_;
   cpu_backend be_;
+  bool dry_;
   std::vector<owned_tensor> out_;
 };
+
+/// Bytes of a tensor's data from its dtype and shape.
+inline std::uint64_t tensor_bytes(const owned_tensor& t) {
+  std::uint64_t n = dtype_size(t.type);
+  for (index_t d : t.shape) n *= static_cast<std::uint64_t>(d);
+  return n;
+}
+
+/// Writes `text` to dir/name through a temporary file renamed into place.
+inline void write_text_file(const std::filesystem::path& dir, const std::string& name, const std::string& text) {
+  const std::filesystem::path path = dir / name;
+  const std::filesystem::path tmp = dir / (name + ".tmp");
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.close();
+    if (!f) fail("model::write_random_checkpoint", "file", tmp.string(), "a writable file");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::string why = "a path ";
+    why += name;
+    why += " can be renamed to (";
+    why += ec.message();
+    why += ")";
+    fail("model::write_random_checkpoint", "file", path.string(), why);
+  }
+}
 
 }  // namespace random_checkpoint_detail
 
@@ -297,35 +419,69 @@ inline std::vector<owned_tensor> random_checkpoint_tensors(const config& cfg, st
   return random_checkpoint_detail::generator(cfg, seed, be).run();
 }
 
+/// The default shard size of write_random_checkpoint: checkpoints up to this size are one
+/// model.safetensors file.
+inline constexpr std::uint64_t random_checkpoint_shard_bytes = std::uint64_t{4} << 30;
+
 /// Writes a random checkpoint into `dir` (created if needed): config.json (config::to_json) and
-/// model.safetensors, whose __metadata__ records the generator and the seed. Existing files of
-/// those names are replaced.
+/// the tensors, whose __metadata__ records the generator and the seed: one model.safetensors
+/// when they take at most `shard_bytes`, else one shard per unit (embedding, each layer, final
+/// norm with lm_head) and model.safetensors.index.json, generated and written one at a time.
+/// Existing files of those names are replaced; a directory that holds the other layout (an
+/// index where one file is to be written) is refused, since the loader would read the index.
 inline void write_random_checkpoint(const std::filesystem::path& dir, const config& cfg, std::uint64_t seed,
-                                    const cpu_backend& be = cpu_backend{}) {
-  const std::vector<owned_tensor> tensors = random_checkpoint_tensors(cfg, seed, be);
+                                    const cpu_backend& be = cpu_backend{},
+                                    std::uint64_t shard_bytes = random_checkpoint_shard_bytes) {
+  namespace fs = std::filesystem;
+  namespace rd = random_checkpoint_detail;
+  cfg.validate("model::random_checkpoint");
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir)) {
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) {
     fail("model::write_random_checkpoint", "dir", dir.string(),
          "a directory that can be created (" + (ec ? ec.message() : std::string("not a directory")) + ")");
   }
-  std::vector<safetensors_entry> entries;
-  entries.reserve(tensors.size());
-  for (const owned_tensor& t : tensors) entries.push_back(safetensors_entry{t.name, t.type, t.shape, std::span<const std::byte>(t.data)});
   const std::map<std::string, std::string> metadata{
       {"format", "pt"}, {"generator", "dsa::model::write_random_checkpoint"}, {"seed", std::to_string(seed)}};
-  write_safetensors(dir / "model.safetensors", entries, metadata);
+  std::uint64_t total = 0;
+  for (const owned_tensor& t : rd::generator(cfg, seed, be, true).run()) total += rd::tensor_bytes(t);
+  auto write_file = [&](const fs::path& path, const std::vector<owned_tensor>& tensors) {
+    std::vector<safetensors_entry> entries;
+    entries.reserve(tensors.size());
+    for (const owned_tensor& t : tensors) entries.push_back(safetensors_entry{t.name, t.type, t.shape, std::span<const std::byte>(t.data)});
+    write_safetensors(path, entries, metadata);
+  };
 
-  const std::filesystem::path cfg_path = dir / "config.json";
-  const std::filesystem::path tmp = dir / "config.json.tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << cfg.to_json().dump(2) << '\n';
-    f.close();
-    if (!f) fail("model::write_random_checkpoint", "file", tmp.string(), "a writable file");
+  if (total <= shard_bytes) {
+    if (fs::exists(dir / safetensors_checkpoint::index_name)) {
+      fail("model::write_random_checkpoint", "dir", dir.string(),
+           "a directory without " + std::string(safetensors_checkpoint::index_name) +
+               " (it holds a sharded checkpoint, which the loader would read instead of model.safetensors)");
+    }
+    write_file(dir / safetensors_checkpoint::single_name, random_checkpoint_tensors(cfg, seed, be));
+  } else {
+    rd::generator gen(cfg, seed, be);
+    const index_t units = gen.units();
+    nlohmann::json weight_map = nlohmann::json::object();
+    auto shard_name = [&](index_t u) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "model-%05lld-of-%05lld.safetensors", static_cast<long long>(u + 1),
+                    static_cast<long long>(units));
+      return std::string(buf);
+    };
+    for (index_t u = 0; u < units; ++u) {
+      const std::vector<owned_tensor> tensors = gen.unit(u);
+      const std::string name = shard_name(u);
+      write_file(dir / name, tensors);
+      for (const owned_tensor& t : tensors) weight_map[t.name] = name;
+    }
+    nlohmann::json index = nlohmann::json::object();
+    index["metadata"] = {{"total_size", total}, {"format", "pt"}, {"generator", "dsa::model::write_random_checkpoint"},
+                         {"seed", std::to_string(seed)}};
+    index["weight_map"] = weight_map;
+    rd::write_text_file(dir, std::string(safetensors_checkpoint::index_name), index.dump(2) + "\n");
   }
-  std::filesystem::rename(tmp, cfg_path, ec);
-  if (ec) fail("model::write_random_checkpoint", "file", cfg_path.string(), "a path config.json can be renamed to (" + ec.message() + ")");
+  rd::write_text_file(dir, "config.json", cfg.to_json().dump(2) + "\n");
 }
 
 }  // namespace model

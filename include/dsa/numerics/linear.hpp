@@ -15,6 +15,14 @@
 // The result is therefore independent of blocking, vector width, FMA contraction, thread count
 // and batch size, and equals the correctly rounded block dot. The reference's tensor-core dot
 // (fp32 accumulation of limited precision, promoted every 128) approximates this value.
+//
+// The fp32 block dot (cpu_backend::fp8_block_dot = fp8_dot::fp32) replaces d_b by
+//     d_b = fl32(...fl32(fl32(+0 + p_0) + p_1) ... + p_127),   p_k = qx[i, k] * qw[n, k]
+// (ascending k, every sum rounded; each product has at most 8 significant bits, so it is exact in
+// fp32 and an FMA gives the same bits as a multiply and an add). The order is part of the
+// definition, so every kernel (any vector width, GEMV or GEMM, any thread count or batch size)
+// and the scalar code below give the same bits. Error against the exact d_b: at most
+// 127 * 2^-24 * sum_k |p_k| (each of the 127 additions rounds once).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +45,14 @@ DSA_HOST_DEVICE inline float fp8_block_dot(const fp8_e4m3* a, const fp8_e4m3* b,
     s += static_cast<double>(a[k].to_float()) * static_cast<double>(b[k].to_float());
   }
   return static_cast<float>(s);
+}
+
+/// The fp32 block dot of the fp8_dot::fp32 mode: sum of the exact products in ascending k, each
+/// partial sum rounded to fp32, starting from +0 (n <= 128). A NaN code makes the result NaN.
+DSA_HOST_DEVICE inline float fp8_block_dot_fp32(const fp8_e4m3* a, const fp8_e4m3* b, index_t n) {
+  float s = 0.0f;
+  for (index_t k = 0; k < n; ++k) s = s + detail::mul_rn(a[k].to_float(), b[k].to_float());
+  return s;
 }
 
 /// The combined scale of one k-block: fl32(activation scale * weight block scale).

@@ -31,8 +31,11 @@ struct linear_op {};
 ///   w_scale [ceil(out / 128), in / 128] (the checkpoint's weight_scale_inv); per 128-wide
 ///   k-block the exact dot of the codes is rounded to fp32, multiplied by fl32(a_scale * w_scale)
 ///   and accumulated in fp32; y (bf16 or float) is rounded once. in must be a multiple of 128.
+///   On the CPU backend, `be.fp8_block_dot = fp8_dot::fp32` replaces the exact block dot by the
+///   fp32 sum of the (exact) products in ascending k (dsa/numerics/linear.hpp): faster, a few
+///   ulps from the exact value; the CUDA backend computes the exact dot.
 /// Results do not depend on the thread count, on t (batch invariance) or on how the backend
-/// blocks the product. y must not overlap any input.
+/// blocks the product, in either mode. y must not overlap any input.
 template <backend B, class XT, class O>
 void fp8_linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_view<B, fp8_e4m3, 2> w,
                 in_view<B, float, 2> w_scale, out_view<B, O, 2> y, scale_format act_format = scale_format::ue8m0) {

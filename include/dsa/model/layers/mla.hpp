@@ -19,10 +19,12 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/cpu/parallel.hpp"
 #include "dsa/model/kv_cache.hpp"
 #include "dsa/model/layers/context.hpp"
 #include "dsa/model/layers/indexer.hpp"
@@ -44,6 +46,20 @@ struct mla_decode_weights {
   std::vector<bf16> wkv_b;
   std::vector<bf16> w_uk_t;
 };
+
+/// f(head) for every head: on the CPU backend the heads are split over its threads in one
+/// parallel_for (each head's small per-head linear then runs inline on its thread: one pool
+/// dispatch instead of two per head and projection); results do not depend on the split.
+template <class B, class F>
+void for_each_head(const B& be, index_t heads, F&& f) {
+  if constexpr (std::is_same_v<B, cpu_backend>) {
+    cpu_detail::parallel_for(be, heads, 1, [&](index_t h0, index_t h1) {
+      for (index_t hh = h0; hh < h1; ++hh) f(hh);
+    });
+  } else {
+    for (index_t hh = 0; hh < heads; ++hh) f(hh);
+  }
+}
 
 template <class B>
 void build_decode_weights(const layer_context<B>& ctx, const attention_weights& w, mla_decode_weights& dw) {
@@ -146,24 +162,24 @@ void mla_forward(const layer_context<B>& ctx, const attention_weights& w, mla_de
     build_decode_weights(ctx, w, dw);
     const index_t lat = cl + rope;
     std::vector<bf16> q_lat(static_cast<std::size_t>(t * h * lat));
-    for (index_t hh = 0; hh < h; ++hh) {
+    for_each_head(ctx.be, h, [&](index_t hh) {
       linear(ctx.be, host_view<const bf16, 2>(qc.data_handle() + hh * dqk, {t, nope}, {h * dqk, 1}),
              make_view(static_cast<const bf16*>(dw.w_uk_t.data()) + hh * cl * nope, {cl, nope}),
              host_view<bf16, 2>(q_lat.data() + hh * lat, {t, cl}, {h * lat, 1}));
       copy_rows(host_view<const bf16, 2>(qc.data_handle() + hh * dqk + nope, {t, rope}, {h * dqk, 1}),
                 host_view<bf16, 2>(q_lat.data() + hh * lat + cl, {t, rope}, {h * lat, 1}));
-    }
+    });
     // Every head reads the same latent row: stride 0 over heads.
     const host_view<const bf16, 3> latent(cached.data_handle(), {end, h, cl}, {row, 0, 1});
     std::vector<bf16> o_lat(static_cast<std::size_t>(t * h * cl));
     sparse_mha_attention(ctx.be, make_view(static_cast<const bf16*>(q_lat.data()), {t, h, lat}), latent, k_rope, latent,
                          sel, make_view(o_lat.data(), {t, h, cl}),
                          sparse_mha_config{c.softmax_scale(), attention_rounding::bf16_split});
-    for (index_t hh = 0; hh < h; ++hh) {
+    for_each_head(ctx.be, h, [&](index_t hh) {
       linear(ctx.be, host_view<const bf16, 2>(o_lat.data() + hh * cl, {t, cl}, {h * cl, 1}),
              make_view(static_cast<const bf16*>(dw.wkv_b.data()) + (hh * (nope + dv) + nope) * cl, {dv, cl}),
              host_view<bf16, 2>(o.data() + hh * dv, {t, dv}, {h * dv, 1}));
-    }
+    });
   }
   project(ctx, make_view(static_cast<const bf16*>(o.data()), {t, h * dv}), w.o_proj, out);
 }
