@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -303,7 +304,8 @@ model_case_result run_model_case(const B& be, const std::filesystem::path& dir,
                                       model_max_argmax_mismatches, mismatches <= model_max_argmax_mismatches});
   }
   for (index_t s = 0; s <= steps; ++s) {
-    auto g = host_tensor<float, 2>::zeros({batch, cfg.vocab_size});
+    const std::array<index_t, 2> shape = {batch, cfg.vocab_size};
+    host_tensor<float, 2> g = host_tensor<float, 2>::zeros(shape);
     for (index_t b = 0; b < batch; ++b) {
       const auto& got = rows[static_cast<std::size_t>(b)].logits[static_cast<std::size_t>(s)];
       std::copy(got.begin(), got.end(), g.data.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(b) * vocab));
