@@ -1,11 +1,13 @@
 // dsa::model random checkpoints (the generator of tools/dsa_make_tiny_model and the benches):
 // the same tensor names, dtypes and shapes as the golden tiny model, per-seed determinism,
-// per-tensor streams, weight statistics, and the files it writes.
+// per-tensor streams, weight statistics, and the files it writes (one file or shards).
 #include "dsa/model/random_checkpoint.hpp"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -208,4 +210,37 @@ TEST_CASE("write_random_checkpoint: config.json and model.safetensors that read 
   std::ofstream(dir.path / "file") << "x";
   CHECK_THROWS_WITH_AS(dsa::model::write_random_checkpoint(dir.path / "file" / "sub", tiny_config(), 1),
                        doctest::Contains("dsa::model::write_random_checkpoint: dir = "), dsa::error);
+}
+
+TEST_CASE("write_random_checkpoint: shards past shard_bytes, one per unit, with the same bytes") {
+  temp_dir dir;
+  const fs::path out = dir.path / "sharded";
+  // The tiny model is about 6.6 MB: a 1 MiB limit writes the embedding, each layer and the final
+  // norm with lm_head as shards, as a V3.2-width checkpoint is written with the default 4 GiB.
+  dsa::model::write_random_checkpoint(out, tiny_config(), 3, dsa::cpu_backend{2}, std::uint64_t{1} << 20);
+  CHECK(fs::exists(out / "model.safetensors.index.json"));
+  CHECK_FALSE(fs::exists(out / "model.safetensors"));
+  CHECK(fs::exists(out / "model-00001-of-00005.safetensors"));
+  CHECK(fs::exists(out / "model-00005-of-00005.safetensors"));
+  CHECK_FALSE(fs::exists(out / "model.safetensors.index.json.tmp"));
+  CHECK(dsa::model::config::load(out) == tiny_config());
+  const auto ck = dsa::safetensors_checkpoint::open(out);
+  CHECK(ck.shards().size() == 5);
+  CHECK(ck.metadata().at("seed") == "3");
+  const auto mem = random_checkpoint_tensors(tiny_config(), 3, dsa::cpu_backend{1});
+  CHECK(ck.size() == mem.size());
+  for (const owned_tensor& t : mem) {
+    CAPTURE(t.name);
+    const auto bytes = ck.bytes(t.name);
+    CHECK(std::equal(bytes.begin(), bytes.end(), t.data.begin(), t.data.end()));
+  }
+  // The first shard is the embedding alone; a layer's shard holds its experts.
+  CHECK(ck.shard_of("model.embed_tokens.weight").path().filename() == "model-00001-of-00005.safetensors");
+  CHECK(ck.shard_of("model.layers.2.mlp.experts.15.down_proj.weight").path().filename() ==
+        "model-00004-of-00005.safetensors");
+  CHECK(ck.shard_of("lm_head.weight").path().filename() == "model-00005-of-00005.safetensors");
+  // A single-file write into a directory holding an index is refused (the loader would read the
+  // index, not the new file).
+  CHECK_THROWS_WITH_AS(dsa::model::write_random_checkpoint(out, tiny_config(), 3),
+                       doctest::Contains("a directory without model.safetensors.index.json"), dsa::error);
 }
