@@ -161,6 +161,18 @@ def gather_rows(src: Any, indices: Any, *, out: Any = None, threads: Optional[in
     return dst
 
 
+def _kl_outputs(op: str, out: Any, attn: Any) -> Tuple[Any, Any, int, int]:
+    """The KL losses' (loss [1], grad_index [m, n]) outputs, from ``out=`` or allocated like
+    ``attn``, with m and n."""
+    loss, grad = A.outputs(op, out, ("loss", "grad_index"))
+    m, n = A.dim(attn, op, "attn", 3, 0), A.dim(attn, op, "attn", 3, 2)
+    if loss is None:
+        loss = A.empty((1,), "float32", attn)
+    if grad is None:
+        grad = A.empty((m, n), "float32", attn)
+    return loss, grad, m, n
+
+
 def indexer_kl_loss_dense(attn: Any, index_scores: Any, ranges: Any = None, *, out: Any = None,
                           threads: Optional[int] = None, stream: Any = None) -> Tuple[Any, Any]:
     """Dense warm-up loss (DeepSeek-V3.2 eq. 3): ``L = sum_t KL(p_t || softmax(I_t))`` over each
@@ -170,12 +182,7 @@ def indexer_kl_loss_dense(attn: Any, index_scores: Any, ranges: Any = None, *, o
     ``dL/dI[t, s] = softmax(I_t)[s] * sum(p_t) - p_t[s]`` (0 outside the ranges)."""
     op = "indexer_kl_loss_dense"
     with A.launch(op, attn, stream) as st:
-        loss, grad = A.outputs(op, out, ("loss", "grad_index"))
-        m, n = A.dim(attn, op, "attn", 3, 0), A.dim(attn, op, "attn", 3, 2)
-        if loss is None:
-            loss = A.empty((1,), "float32", attn)
-        if grad is None:
-            grad = A.empty((m, n), "float32", attn)
+        loss, grad, m, n = _kl_outputs(op, out, attn)
         ranges = _ranges(op, ranges, attn, m, n, True)
         workspace = _kl_workspace(attn, _core.indexer_kl_loss_dense_workspace_size, m)
         _core.indexer_kl_loss_dense(A.core(attn), A.core(index_scores), A.core(ranges), A.core(loss), A.core(grad),
@@ -190,12 +197,7 @@ def indexer_kl_loss_sparse(attn: Any, index_scores: Any, topk: Any, *, out: Any 
     ``(loss [1], grad_index [m, n])``, the gradient zero outside the selection."""
     op = "indexer_kl_loss_sparse"
     with A.launch(op, attn, stream) as st:
-        loss, grad = A.outputs(op, out, ("loss", "grad_index"))
-        m, n = A.dim(attn, op, "attn", 3, 0), A.dim(attn, op, "attn", 3, 2)
-        if loss is None:
-            loss = A.empty((1,), "float32", attn)
-        if grad is None:
-            grad = A.empty((m, n), "float32", attn)
+        loss, grad, m, n = _kl_outputs(op, out, attn)
         workspace = _kl_workspace(attn, _core.indexer_kl_loss_sparse_workspace_size, m,
                                   A.dim(topk, op, "topk", 2, 1))
         _core.indexer_kl_loss_sparse(A.core(attn), A.core(index_scores), A.core(topk), A.core(loss), A.core(grad),
