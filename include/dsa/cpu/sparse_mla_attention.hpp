@@ -3,14 +3,8 @@
 // A work item is a query token and a group of its heads. It walks the token's used kv entries
 // in tiles of sparse_mla_key_tile rows, decodes each tile once into fp32 (bf16 -> fp32, or the
 // FP8 row decode) and shares it between all the heads of the group, which is what makes MQA
-// attention compute-bound. Per tile, two register-blocked micro-kernels (GCC vector extensions,
-// lowered to AVX-512, AVX2 or SSE):
-//   - logits, vectorised over heads: S^T[j, h] = sum_i k[j, i] · q[h, i], i = 0, 1, ... from +0,
-//     with the queries transposed once per item ([d_qk, heads]) and each key value broadcast.
-//     bf16 x bf16 products (and the FP8 values, which are bf16 values) are exact in fp32, so
-//     this is the same sequential sum whether or not the compiler fuses it into FMAs;
-//   - P·V, vectorised over the output columns: per tile a partial sum
-//     sum_j p[h, j] · v[j, c] (j ascending, from +0) that is then added to the accumulator.
+// attention compute-bound. Per tile, the two micro-kernels of cpu/attention_tiles.hpp: the logits
+// vectorised over heads, and P·V as a partial sum per tile added to the accumulator.
 // The online softmax between them is the scalar sequence of numerics/online_softmax.hpp.
 //
 // Every output element is computed by the same sequence of operations however heads and tokens
@@ -32,6 +26,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/cpu/attention_tiles.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/kv_cache.hpp"
 #include "dsa/numerics/online_softmax.hpp"
@@ -48,131 +43,6 @@ inline constexpr index_t sparse_mla_key_tile = 64;
 inline constexpr index_t sparse_mla_head_block = 16;
 /// Upper bound (in floats) of the per-block partial sums of `probs` kept at once.
 inline constexpr index_t sparse_mla_probs_scratch = index_t{1} << 24;
-
-namespace mla {
-
-/// Lanes of one micro-kernel vector; matrices the kernels touch are padded to a multiple.
-inline constexpr index_t lanes = 16;
-inline constexpr index_t pad(index_t x) { return (x + lanes - 1) / lanes * lanes; }
-
-// Register blocking of the two micro-kernels (accumulators = KEYS x HEADV and HEADS x COLV
-// vectors of 16 floats: 1 zmm, 2 ymm or 4 xmm each), sized to the register file.
-#if defined(__AVX512F__)
-inline constexpr int logit_keys = 6, logit_headv = 4;
-inline constexpr int pv_heads = 6, pv_colv = 4;
-#elif defined(__AVX__)
-inline constexpr int logit_keys = 3, logit_headv = 2;
-inline constexpr int pv_heads = 3, pv_colv = 2;
-#else
-inline constexpr int logit_keys = 2, logit_headv = 1;
-inline constexpr int pv_heads = 2, pv_colv = 1;
-#endif
-
-#if defined(__GNUC__)
-// Loaded and stored with memcpy (no alignment assumed) and never passed by value, so no
-// vector-typed ABI is involved whatever the target.
-typedef float vec __attribute__((vector_size(lanes * sizeof(float))));
-#else
-struct vec {
-  float x[lanes] = {};
-  vec& operator+=(const vec& o) {
-    for (index_t l = 0; l < lanes; ++l) x[l] += o.x[l];
-    return *this;
-  }
-  friend vec operator*(float a, const vec& v) {
-    vec r;
-    for (index_t l = 0; l < lanes; ++l) r.x[l] = a * v.x[l];
-    return r;
-  }
-};
-#endif
-
-// st[j * hpad + h] = sum_i kt[j * kstride + i] · qt[i * hpad + h] for KEYS keys and HEADV * 16
-// heads, i ascending from +0.
-template <int KEYS, int HEADV>
-DSA_FORCEINLINE void logits_block(const float* DSA_RESTRICT qt, index_t hpad, const float* DSA_RESTRICT kt,
-                                  index_t kstride, index_t d, float* DSA_RESTRICT st) {
-  vec acc[KEYS][HEADV];
-  for (int j = 0; j < KEYS; ++j)
-    for (int v = 0; v < HEADV; ++v) acc[j][v] = vec{};
-  for (index_t i = 0; i < d; ++i) {
-    vec qv[HEADV];
-    for (int v = 0; v < HEADV; ++v) std::memcpy(&qv[v], qt + i * hpad + v * lanes, sizeof(vec));
-    for (int j = 0; j < KEYS; ++j) {
-      const float kj = kt[j * kstride + i];
-      for (int v = 0; v < HEADV; ++v) acc[j][v] += kj * qv[v];
-    }
-  }
-  for (int j = 0; j < KEYS; ++j)
-    for (int v = 0; v < HEADV; ++v) {
-      const vec x = acc[j][v];  // a copy: taking the accumulators' address would keep them in memory
-      std::memcpy(st + j * hpad + v * lanes, &x, sizeof x);
-    }
-}
-
-template <int KEYS>
-void logits_keys(const float* qt, index_t hpad, const float* kt, index_t kstride, index_t d, float* st) {
-  index_t h = 0;
-  for (; h + logit_headv * lanes <= hpad; h += logit_headv * lanes) {
-    logits_block<KEYS, logit_headv>(qt + h, hpad, kt, kstride, d, st + h);
-  }
-  for (; h < hpad; h += lanes) logits_block<KEYS, 1>(qt + h, hpad, kt, kstride, d, st + h);
-}
-
-// S^T [jn, hpad] of the tile.
-inline void tile_logits(const float* qt, index_t hpad, const float* kt, index_t kstride, index_t d, index_t jn,
-                        float* st) {
-  index_t j = 0;
-  for (; j + logit_keys <= jn; j += logit_keys) logits_keys<logit_keys>(qt, hpad, kt + j * kstride, kstride, d, st + j * hpad);
-  for (; j < jn; ++j) logits_keys<1>(qt, hpad, kt + j * kstride, kstride, d, st + j * hpad);
-}
-
-// acc[h * astride + c] += sum_j p[h * pstride + j] · kt[j * kstride + c] (the partial sum over
-// j ascending from +0, then one addition) for HEADS heads and COLV * 16 columns.
-template <int HEADS, int COLV>
-DSA_FORCEINLINE void pv_block(const float* DSA_RESTRICT p, index_t pstride, const float* DSA_RESTRICT kt,
-                              index_t kstride, index_t jn, float* DSA_RESTRICT acc, index_t astride) {
-  vec part[HEADS][COLV];
-  for (int h = 0; h < HEADS; ++h)
-    for (int v = 0; v < COLV; ++v) part[h][v] = vec{};
-  for (index_t j = 0; j < jn; ++j) {
-    vec vv[COLV];
-    for (int v = 0; v < COLV; ++v) std::memcpy(&vv[v], kt + j * kstride + v * lanes, sizeof(vec));
-    for (int h = 0; h < HEADS; ++h) {
-      const float ph = p[h * pstride + j];
-      for (int v = 0; v < COLV; ++v) part[h][v] += ph * vv[v];
-    }
-  }
-  for (int h = 0; h < HEADS; ++h) {
-    for (int v = 0; v < COLV; ++v) {
-      vec x;
-      std::memcpy(&x, acc + h * astride + v * lanes, sizeof x);
-      x += part[h][v];
-      std::memcpy(acc + h * astride + v * lanes, &x, sizeof x);
-    }
-  }
-}
-
-template <int COLV>
-void pv_cols(const float* p, index_t pstride, const float* kt, index_t kstride, index_t jn, float* acc,
-             index_t astride, index_t heads) {
-  index_t h = 0;
-  for (; h + pv_heads <= heads; h += pv_heads) {
-    pv_block<pv_heads, COLV>(p + h * pstride, pstride, kt, kstride, jn, acc + h * astride, astride);
-  }
-  for (; h < heads; ++h) pv_block<1, COLV>(p + h * pstride, pstride, kt, kstride, jn, acc + h * astride, astride);
-}
-
-// acc [heads, dvpad] += P [heads, jn] · V [jn, dvpad] (V = the first dvpad columns of the tile).
-inline void tile_pv(const float* p, index_t pstride, const float* kt, index_t kstride, index_t jn, float* acc,
-                    index_t astride, index_t heads, index_t dvpad) {
-  index_t c = 0;
-  // Columns outer, heads inner: the tile's V slice (jn x 64 floats) stays in L1 over the heads.
-  for (; c + pv_colv * lanes <= dvpad; c += pv_colv * lanes) pv_cols<pv_colv>(p, pstride, kt + c, kstride, jn, acc + c, astride, heads);
-  for (; c < dvpad; c += lanes) pv_cols<1>(p, pstride, kt + c, kstride, jn, acc + c, astride, heads);
-}
-
-}  // namespace mla
 
 // Decodes bf16 cache rows into fp32.
 struct sparse_mla_bf16_rows {
@@ -242,9 +112,9 @@ void sparse_mla_attention_cpu(const cpu_backend& be, const tensor_view<const bf1
   const index_t group_heads = std::min(h, group_blocks * hb);
 
   // Padded extents of the per-thread matrices (rows of 16-float vectors).
-  const index_t hpad = mla::pad(group_heads);
-  const index_t kstride = mla::pad(d_qk);
-  const index_t dvpad = mla::pad(d_v);
+  const index_t hpad = tiles::pad(group_heads);
+  const index_t kstride = tiles::pad(d_qk);
+  const index_t dvpad = tiles::pad(d_v);
 
   // probs sums P over heads: per-block partials, added in block order once all blocks of a
   // token are done (they may run on different threads). Tokens are processed in chunks so that
@@ -306,7 +176,7 @@ void sparse_mla_attention_cpu(const cpu_backend& be, const tensor_view<const bf1
         for (index_t j0 = 0; j0 < cnt; j0 += tile) {
           const index_t jn = std::min(tile, cnt - j0);
           for (index_t j = 0; j < jn; ++j) kv.decode(used_row[static_cast<std::size_t>(j0 + j)], kt.data() + j * kstride);
-          mla::tile_logits(qt.data(), hpad, kt.data(), kstride, d_qk, jn, st.data());
+          tiles::tile_logits(qt.data(), hpad, kt.data(), kstride, d_qk, jn, st.data());
 
           for (index_t i = 0; i < g_hn; ++i) {
             online_softmax_state& sti = state[static_cast<std::size_t>(i)];
@@ -330,7 +200,7 @@ void sparse_mla_attention_cpu(const cpu_backend& be, const tensor_view<const bf1
               w[j] = wj;
             }
           }
-          mla::tile_pv(pm.data(), tile, kt.data(), kstride, jn, acc.data(), dvpad, g_hn, dvpad);
+          tiles::tile_pv(pm.data(), tile, kt.data(), kstride, jn, acc.data(), dvpad, g_hn, dvpad);
         }
 
         for (index_t i = 0; i < g_hn; ++i) {

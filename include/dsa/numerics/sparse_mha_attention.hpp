@@ -38,6 +38,18 @@ DSA_HOST_DEVICE DSA_FORCEINLINE bool sparse_mha_index_valid(std::int32_t j, inde
   return j >= 0 && static_cast<index_t>(j) < n;
 }
 
+/// The logit from the single fp32 accumulation `dot` over both parts (modes fp32 and bf16).
+DSA_HOST_DEVICE DSA_FORCEINLINE float sparse_mha_scaled_logit(float dot, float scale, attention_rounding mode) {
+  if (mode == attention_rounding::bf16) return bf16(bf16(dot).to_float() * bf16(scale).to_float()).to_float();
+  return dot * scale;
+}
+
+/// The logit of mode bf16_split from the two fp32 sums over the nope and the rope part.
+DSA_HOST_DEVICE DSA_FORCEINLINE float sparse_mha_split_logit(float dot_nope, float dot_rope, float scale) {
+  const float sum = bf16(bf16(dot_nope).to_float() + bf16(dot_rope).to_float()).to_float();
+  return bf16(sum * bf16(scale).to_float()).to_float();
+}
+
 /// The scaled logit of one (query head, key) pair. q points at the query head's nope + rope
 /// values; k_nope at the key's nope values of that head; k_rope at the key's shared rope values.
 DSA_HOST_DEVICE inline float sparse_mha_logit(const bf16* q, const bf16* k_nope, index_t d_nope, const bf16* k_rope,
@@ -47,14 +59,12 @@ DSA_HOST_DEVICE inline float sparse_mha_logit(const bf16* q, const bf16* k_nope,
     for (index_t i = 0; i < d_nope; ++i) a += q[i].to_float() * k_nope[i].to_float();
     float b = 0.0f;
     for (index_t i = 0; i < d_rope; ++i) b += q[d_nope + i].to_float() * k_rope[i].to_float();
-    const float sum = bf16(bf16(a).to_float() + bf16(b).to_float()).to_float();
-    return bf16(sum * bf16(scale).to_float()).to_float();
+    return sparse_mha_split_logit(a, b, scale);
   }
   float acc = 0.0f;
   for (index_t i = 0; i < d_nope; ++i) acc += q[i].to_float() * k_nope[i].to_float();
   for (index_t i = 0; i < d_rope; ++i) acc += q[d_nope + i].to_float() * k_rope[i].to_float();
-  if (mode == attention_rounding::bf16) return bf16(bf16(acc).to_float() * bf16(scale).to_float()).to_float();
-  return acc * scale;
+  return sparse_mha_scaled_logit(acc, scale, mode);
 }
 
 /// The row maximum m: detail::max_propagate_nan over the used logits, from -inf. A NaN logit

@@ -1,0 +1,203 @@
+// Register-blocked micro-kernels of the CPU attention ops (sparse_mla_attention,
+// sparse_mha_attention's shared-key path): a tile of keys decoded to fp32 is shared by a group of
+// query heads, which is what makes MQA attention compute-bound. GCC vector extensions, lowered to
+// AVX-512, AVX2 or SSE.
+//   - logits, vectorised over heads: S^T[j, h] = sum_i k[j, i] · q[h, i], i = 0, 1, ... from +0,
+//     with the queries transposed once ([d, heads]) and each key value broadcast. bf16 x bf16
+//     products (and FP8 values, which are bf16 values) are exact in fp32, so this is the same
+//     sequential sum whether or not the compiler fuses it into FMAs;
+//   - P·V, vectorised over the output columns, in two orders: `tile_pv` forms a partial sum per
+//     tile (j ascending from +0) and adds it to the accumulator (sparse_mla_attention's online
+//     softmax); `tile_pv_sequential` adds every product to the accumulator in entry order, each
+//     product rounded on its own (sparse_mha_attention's acc += fl32(p · v)).
+// Every output element is the same sequence of operations however heads and keys are blocked
+// (the blocking only chooses which independent sums are in flight together).
+#pragma once
+
+#include <cstring>
+
+#include "dsa/core/config.hpp"
+#include "dsa/core/tensor_view.hpp"
+
+// Keeps g++ from contracting a * b + c into an FMA in one function (its -ffp-contract=fast
+// default would otherwise fuse a product that the numerics round on their own; clang does not
+// contract across statements by default).
+#if defined(__GNUC__) && !defined(__clang__)
+#define DSA_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
+#else
+#define DSA_NO_FP_CONTRACT
+#endif
+
+DSA_NAMESPACE_BEGIN
+namespace cpu_detail::tiles {
+
+/// Lanes of one micro-kernel vector; matrices the kernels touch are padded to a multiple.
+inline constexpr index_t lanes = 16;
+inline constexpr index_t pad(index_t x) { return (x + lanes - 1) / lanes * lanes; }
+
+// Register blocking of the two micro-kernels (accumulators = KEYS x HEADV and HEADS x COLV
+// vectors of 16 floats: 1 zmm, 2 ymm or 4 xmm each), sized to the register file.
+#if defined(__AVX512F__)
+inline constexpr int logit_keys = 6, logit_headv = 4;
+inline constexpr int pv_heads = 6, pv_colv = 4;
+#elif defined(__AVX__)
+inline constexpr int logit_keys = 3, logit_headv = 2;
+inline constexpr int pv_heads = 3, pv_colv = 2;
+#else
+inline constexpr int logit_keys = 2, logit_headv = 1;
+inline constexpr int pv_heads = 2, pv_colv = 1;
+#endif
+
+#if defined(__GNUC__)
+// Loaded and stored with memcpy (no alignment assumed) and never passed by value, so no
+// vector-typed ABI is involved whatever the target.
+typedef float vec __attribute__((vector_size(lanes * sizeof(float))));
+#else
+struct vec {
+  float x[lanes] = {};
+  vec& operator+=(const vec& o) {
+    for (index_t l = 0; l < lanes; ++l) x[l] += o.x[l];
+    return *this;
+  }
+  friend vec operator*(float a, const vec& v) {
+    vec r;
+    for (index_t l = 0; l < lanes; ++l) r.x[l] = a * v.x[l];
+    return r;
+  }
+};
+#endif
+
+// st[j * hpad + h] = sum_i kt[j * kstride + i] · qt[i * hpad + h] for KEYS keys and HEADV * 16
+// heads, i ascending from +0.
+template <int KEYS, int HEADV>
+DSA_FORCEINLINE void logits_block(const float* DSA_RESTRICT qt, index_t hpad, const float* DSA_RESTRICT kt,
+                                  index_t kstride, index_t d, float* DSA_RESTRICT st) {
+  vec acc[KEYS][HEADV];
+  for (int j = 0; j < KEYS; ++j)
+    for (int v = 0; v < HEADV; ++v) acc[j][v] = vec{};
+  for (index_t i = 0; i < d; ++i) {
+    vec qv[HEADV];
+    for (int v = 0; v < HEADV; ++v) std::memcpy(&qv[v], qt + i * hpad + v * lanes, sizeof(vec));
+    for (int j = 0; j < KEYS; ++j) {
+      const float kj = kt[j * kstride + i];
+      for (int v = 0; v < HEADV; ++v) acc[j][v] += kj * qv[v];
+    }
+  }
+  for (int j = 0; j < KEYS; ++j)
+    for (int v = 0; v < HEADV; ++v) {
+      const vec x = acc[j][v];  // a copy: taking the accumulators' address would keep them in memory
+      std::memcpy(st + j * hpad + v * lanes, &x, sizeof x);
+    }
+}
+
+template <int KEYS>
+void logits_keys(const float* qt, index_t hpad, const float* kt, index_t kstride, index_t d, float* st) {
+  index_t h = 0;
+  for (; h + logit_headv * lanes <= hpad; h += logit_headv * lanes) {
+    logits_block<KEYS, logit_headv>(qt + h, hpad, kt, kstride, d, st + h);
+  }
+  for (; h < hpad; h += lanes) logits_block<KEYS, 1>(qt + h, hpad, kt, kstride, d, st + h);
+}
+
+// S^T [jn, hpad] of the tile.
+inline void tile_logits(const float* qt, index_t hpad, const float* kt, index_t kstride, index_t d, index_t jn,
+                        float* st) {
+  index_t j = 0;
+  for (; j + logit_keys <= jn; j += logit_keys) logits_keys<logit_keys>(qt, hpad, kt + j * kstride, kstride, d, st + j * hpad);
+  for (; j < jn; ++j) logits_keys<1>(qt, hpad, kt + j * kstride, kstride, d, st + j * hpad);
+}
+
+// acc[h * astride + c] += sum_j p[h * pstride + j] · kt[j * kstride + c] (the partial sum over
+// j ascending from +0, then one addition) for HEADS heads and COLV * 16 columns.
+template <int HEADS, int COLV>
+DSA_FORCEINLINE void pv_block(const float* DSA_RESTRICT p, index_t pstride, const float* DSA_RESTRICT kt,
+                              index_t kstride, index_t jn, float* DSA_RESTRICT acc, index_t astride) {
+  vec part[HEADS][COLV];
+  for (int h = 0; h < HEADS; ++h)
+    for (int v = 0; v < COLV; ++v) part[h][v] = vec{};
+  for (index_t j = 0; j < jn; ++j) {
+    vec vv[COLV];
+    for (int v = 0; v < COLV; ++v) std::memcpy(&vv[v], kt + j * kstride + v * lanes, sizeof(vec));
+    for (int h = 0; h < HEADS; ++h) {
+      const float ph = p[h * pstride + j];
+      for (int v = 0; v < COLV; ++v) part[h][v] += ph * vv[v];
+    }
+  }
+  for (int h = 0; h < HEADS; ++h) {
+    for (int v = 0; v < COLV; ++v) {
+      vec x;
+      std::memcpy(&x, acc + h * astride + v * lanes, sizeof x);
+      x += part[h][v];
+      std::memcpy(acc + h * astride + v * lanes, &x, sizeof x);
+    }
+  }
+}
+
+template <int COLV>
+void pv_cols(const float* p, index_t pstride, const float* kt, index_t kstride, index_t jn, float* acc,
+             index_t astride, index_t heads) {
+  index_t h = 0;
+  for (; h + pv_heads <= heads; h += pv_heads) {
+    pv_block<pv_heads, COLV>(p + h * pstride, pstride, kt, kstride, jn, acc + h * astride, astride);
+  }
+  for (; h < heads; ++h) pv_block<1, COLV>(p + h * pstride, pstride, kt, kstride, jn, acc + h * astride, astride);
+}
+
+// acc [heads, dvpad] += P [heads, jn] · V [jn, dvpad] (V = the first dvpad columns of the tile).
+inline void tile_pv(const float* p, index_t pstride, const float* kt, index_t kstride, index_t jn, float* acc,
+                    index_t astride, index_t heads, index_t dvpad) {
+  index_t c = 0;
+  // Columns outer, heads inner: the tile's V slice (jn x 64 floats) stays in L1 over the heads.
+  for (; c + pv_colv * lanes <= dvpad; c += pv_colv * lanes) pv_cols<pv_colv>(p, pstride, kt + c, kstride, jn, acc + c, astride, heads);
+  for (; c < dvpad; c += lanes) pv_cols<1>(p, pstride, kt + c, kstride, jn, acc + c, astride, heads);
+}
+
+
+// acc[h * astride + c] += fl32(p[h * pstride + j] · v[j * vstride + c]) for j = 0, 1, ..., jn - 1
+// in order (no partial sums, no fused multiply-add) for HEADS heads and COLV * 16 columns.
+template <int HEADS, int COLV>
+DSA_NO_FP_CONTRACT void pv_sequential_block(const float* DSA_RESTRICT p, index_t pstride, const float* DSA_RESTRICT v,
+                                            index_t vstride, index_t jn, float* DSA_RESTRICT acc, index_t astride) {
+  vec a[HEADS][COLV];
+  for (int h = 0; h < HEADS; ++h)
+    for (int c = 0; c < COLV; ++c) std::memcpy(&a[h][c], acc + h * astride + c * lanes, sizeof(vec));
+  for (index_t j = 0; j < jn; ++j) {
+    vec vv[COLV];
+    for (int c = 0; c < COLV; ++c) std::memcpy(&vv[c], v + j * vstride + c * lanes, sizeof(vec));
+    for (int h = 0; h < HEADS; ++h) {
+      const float ph = p[h * pstride + j];
+      for (int c = 0; c < COLV; ++c) {
+        const vec prod = ph * vv[c];
+        a[h][c] += prod;
+      }
+    }
+  }
+  for (int h = 0; h < HEADS; ++h)
+    for (int c = 0; c < COLV; ++c) {
+      const vec x = a[h][c];
+      std::memcpy(acc + h * astride + c * lanes, &x, sizeof x);
+    }
+}
+
+template <int COLV>
+void pv_sequential_cols(const float* p, index_t pstride, const float* v, index_t vstride, index_t jn, float* acc,
+                        index_t astride, index_t heads) {
+  index_t h = 0;
+  for (; h + pv_heads <= heads; h += pv_heads) {
+    pv_sequential_block<pv_heads, COLV>(p + h * pstride, pstride, v, vstride, jn, acc + h * astride, astride);
+  }
+  for (; h < heads; ++h) pv_sequential_block<1, COLV>(p + h * pstride, pstride, v, vstride, jn, acc + h * astride, astride);
+}
+
+// acc [heads, dvpad] += P [heads, jn] · V [jn, dvpad], product by product in entry order.
+inline void tile_pv_sequential(const float* p, index_t pstride, const float* v, index_t vstride, index_t jn, float* acc,
+                               index_t astride, index_t heads, index_t dvpad) {
+  index_t c = 0;
+  for (; c + pv_colv * lanes <= dvpad; c += pv_colv * lanes) {
+    pv_sequential_cols<pv_colv>(p, pstride, v + c, vstride, jn, acc + c, astride, heads);
+  }
+  for (; c < dvpad; c += lanes) pv_sequential_cols<1>(p, pstride, v + c, vstride, jn, acc + c, astride, heads);
+}
+
+}  // namespace cpu_detail::tiles
+DSA_NAMESPACE_END
