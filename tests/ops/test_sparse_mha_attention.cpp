@@ -19,6 +19,7 @@
 #include "dsa/cpu/sparse_mha_attention.hpp"
 #include "dsa/ops/sparse_mha_attention.hpp"
 #include "support/sparse_mha_reference.hpp"
+#include "support/sparse_mha_sequence.hpp"
 
 namespace {
 
@@ -343,12 +344,14 @@ TEST_CASE("sparse_mha_attention MQA broadcast (stride 0 over heads) equals expli
   }
 }
 
-TEST_CASE("sparse_mha_attention shared-key path is bit-identical to the per-head path") {
-  // The vectorised shared-key kernel (broadcast k_nope and v) against the scalar per-head kernel
-  // on materialised copies: general bf16 values (dots that round), heads and widths that are not
-  // multiples of the 16-lane vectors, more used entries than one 64-entry tile, -1 / negative /
-  // >= n entries and duplicates, a NaN key read by one row, V = the keys' nope part (the absorbed
-  // decode) or a separate cache, one token (heads split over threads) or several.
+TEST_CASE("sparse_mha_attention: both CPU paths give the scalar sequence's bits") {
+  // The vectorised kernels (shared keys: broadcast k_nope and v; per-head keys: tokens in
+  // vector lanes) against the plain loop of tests/support/sparse_mha_sequence.hpp: general bf16
+  // values (dots that round), heads, widths and token counts that are not multiples of the
+  // 16-lane vectors, more used entries than one 64-row tile, -1 / INT_MIN / INT_MAX / >= n entries
+  // and duplicates, a NaN key read by one row, V = the keys' nope part (the absorbed decode) or a
+  // separate cache, one token (heads split over threads) or several, every rounding mode and
+  // several thread counts.
   const index_t h = 37, d_lat = 72, d_rope = 24, d_vsep = 40, n = 300, k = 150, row = d_lat + d_rope;
   std::mt19937_64 rng(41);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -375,16 +378,16 @@ TEST_CASE("sparse_mha_attention shared-key path is bit-identical to the per-head
   const auto kc = dsa::make_view(static_cast<const bf16*>(lat_copies.data()), {n, h, d_lat});
   const auto vc = dsa::make_view(static_cast<const bf16*>(v_copies.data()), {n, h, d_vsep});
 
-  for (const index_t s : {index_t{1}, index_t{3}}) {
+  for (const index_t s : {index_t{1}, index_t{3}, index_t{21}}) {
     const std::vector<bf16> q = normal_values(s * h * row);
     std::vector<std::int32_t> idx(static_cast<std::size_t>(s * k));
     for (auto& x : idx) x = static_cast<std::int32_t>(rng() % (n + 20)) - 10;
     idx[0] = std::numeric_limits<std::int32_t>::min();
     idx[1] = std::numeric_limits<std::int32_t>::max();
     idx[2] = idx[3];
-    if (s > 1) idx[static_cast<std::size_t>(k + 4)] = 17;  // row 1 reads the NaN key
-    for (std::size_t e = 0; e < static_cast<std::size_t>(k); ++e)
-      if (idx[e] == 17) idx[e] = 18;  // row 0 does not
+    for (auto& x : idx)
+      if (x == 17) x = 18;  // only row 1 reads the NaN key
+    if (s > 1) idx[static_cast<std::size_t>(k + 4)] = 17;
     const auto qv = dsa::make_view(q.data(), {s, h, row});
     const auto iv = dsa::make_view(idx.data(), {s, k});
     for (const bool separate_v : {false, true}) {
@@ -393,20 +396,25 @@ TEST_CASE("sparse_mha_attention shared-key path is bit-identical to the per-head
         CAPTURE(s);
         CAPTURE(separate_v);
         CAPTURE(static_cast<int>(r));
+        const dsa::sparse_mha_config cfg{yarn_scale, r};
         result want;
         want.out.assign(static_cast<std::size_t>(s * h * d_v), bf16{});
         want.lse.assign(static_cast<std::size_t>(s * h), 0.0f);
-        const dsa::sparse_mha_config cfg{yarn_scale, r};
-        dsa::sparse_mha_attention(dsa::cpu_backend{1}, qv, kc, rope, separate_v ? vc : kc, iv,
-                                  dsa::make_view(want.out.data(), {s, h, d_v}), cfg, dsa::make_view(want.lse.data(), {s, h}));
-        for (int threads : {1, 2, 3, 8}) {
-          CAPTURE(threads);
-          result got;
-          got.out.assign(want.out.size(), bf16::from_bits(0x7FC1));
-          got.lse.assign(want.lse.size(), 0.0f);
-          dsa::sparse_mha_attention(dsa::cpu_backend{threads}, qv, kb, rope, separate_v ? vb : kb, iv,
-                                    dsa::make_view(got.out.data(), {s, h, d_v}), cfg, dsa::make_view(got.lse.data(), {s, h}));
-          CHECK(same_bits(got, want));
+        dsa_test::sparse_mha_sequence(qv, kc, rope, separate_v ? vc : kc, iv, dsa::make_view(want.out.data(), {s, h, d_v}),
+                                      cfg, dsa::make_view(want.lse.data(), {s, h}));
+        for (const bool shared : {true, false}) {
+          for (int threads : {1, 2, 3, 8}) {
+            CAPTURE(shared);
+            CAPTURE(threads);
+            result got;
+            got.out.assign(want.out.size(), bf16::from_bits(0x7FC1));
+            got.lse.assign(want.lse.size(), 0.0f);
+            dsa::sparse_mha_attention(dsa::cpu_backend{threads}, qv, shared ? kb : kc, rope,
+                                      shared ? (separate_v ? vb : kb) : (separate_v ? vc : kc), iv,
+                                      dsa::make_view(got.out.data(), {s, h, d_v}), cfg,
+                                      dsa::make_view(got.lse.data(), {s, h}));
+            CHECK(same_bits(got, want));
+          }
         }
         // The NaN key reaches row 1 (every head) and nothing else.
         for (index_t t = 0; t < s; ++t) CHECK(std::isnan(want.lse[static_cast<std::size_t>(t * h)]) == (t == 1));

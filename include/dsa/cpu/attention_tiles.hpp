@@ -1,19 +1,21 @@
 // Register-blocked micro-kernels of the CPU attention ops (sparse_mla_attention,
-// sparse_mha_attention's shared-key path): a tile of keys decoded to fp32 is shared by a group of
-// query heads, which is what makes MQA attention compute-bound. GCC vector extensions, lowered to
-// AVX-512, AVX2 or SSE.
-//   - logits, vectorised over heads: S^T[j, h] = sum_i k[j, i] · q[h, i], i = 0, 1, ... from +0,
-//     with the queries transposed once ([d, heads]) and each key value broadcast. bf16 x bf16
+// sparse_mha_attention): a tile of keys decoded to fp32 is shared by a group of queries (the
+// heads of a token, or the tokens of a block for one head), which is what makes attention
+// compute-bound. GCC vector extensions, lowered to AVX-512, AVX2 or SSE.
+//   - logits, vectorised over the queries: S^T[j, h] = sum_i k[j, i] · q[h, i], i = 0, 1, ...
+//     from +0, with the queries transposed once ([d, queries]) and each key value broadcast. bf16 x bf16
 //     products (and FP8 values, which are bf16 values) are exact in fp32, so this is the same
 //     sequential sum whether or not the compiler fuses it into FMAs;
 //   - P·V, vectorised over the output columns, in two orders: `tile_pv` forms a partial sum per
 //     tile (j ascending from +0) and adds it to the accumulator (sparse_mla_attention's online
 //     softmax); `tile_pv_sequential` adds every product to the accumulator in entry order, each
-//     product rounded on its own (sparse_mha_attention's acc += fl32(p · v)).
+//     product rounded on its own (sparse_mha_attention's acc += fl32(p · v)); and
+//     `pv_gather_sequential`, the same for one query over rows gathered by index.
 // Every output element is the same sequence of operations however heads and keys are blocked
 // (the blocking only chooses which independent sums are in flight together).
 #pragma once
 
+#include <cstdint>
 #include <cstring>
 
 #include "dsa/core/config.hpp"
@@ -197,6 +199,37 @@ inline void tile_pv_sequential(const float* p, index_t pstride, const float* v, 
     pv_sequential_cols<pv_colv>(p, pstride, v + c, vstride, jn, acc + c, astride, heads);
   }
   for (; c < dvpad; c += lanes) pv_sequential_cols<1>(p, pstride, v + c, vstride, jn, acc + c, astride, heads);
+}
+
+// acc[c] += fl32(p[e] · v[rows[e] * vstride + c]) for e = 0, 1, ..., cnt - 1 in order (one
+// row of out = P · V over gathered rows, product by product) for COLV * 16 columns.
+template <int COLV>
+DSA_NO_FP_CONTRACT void pv_gather_block(const float* DSA_RESTRICT p, const std::int32_t* DSA_RESTRICT rows, index_t cnt,
+                                        const float* DSA_RESTRICT v, index_t vstride, float* DSA_RESTRICT acc) {
+  vec a[COLV];
+  for (int c = 0; c < COLV; ++c) std::memcpy(&a[c], acc + c * lanes, sizeof(vec));
+  for (index_t e = 0; e < cnt; ++e) {
+    const float pe = p[e];
+    const float* row = v + static_cast<index_t>(rows[e]) * vstride;
+    for (int c = 0; c < COLV; ++c) {
+      vec vv;
+      std::memcpy(&vv, row + c * lanes, sizeof vv);
+      const vec prod = pe * vv;
+      a[c] += prod;
+    }
+  }
+  for (int c = 0; c < COLV; ++c) {
+    const vec x = a[c];
+    std::memcpy(acc + c * lanes, &x, sizeof x);
+  }
+}
+
+// acc [dvpad] += sum_e p[e] · V[rows[e]], product by product in entry order.
+inline void pv_gather_sequential(const float* p, const std::int32_t* rows, index_t cnt, const float* v, index_t vstride,
+                                 float* acc, index_t dvpad) {
+  index_t c = 0;
+  for (; c + pv_colv * lanes <= dvpad; c += pv_colv * lanes) pv_gather_block<pv_colv>(p, rows, cnt, v + c, vstride, acc + c);
+  for (; c < dvpad; c += lanes) pv_gather_block<1>(p, rows, cnt, v + c, vstride, acc + c);
 }
 
 }  // namespace cpu_detail::tiles

@@ -2,16 +2,20 @@
 // sequence of numerics/sparse_mha_attention.hpp: logits of the used entries (fp32 dots, i
 // ascending from +0), their maximum, exponentials summed in entry order, probabilities, and
 // out = sum_j fl32(p_j · v_j) in entry order; so results are bit-identical for every thread count
-// and between the two paths below.
+// and between the two paths below, and equal to the plain loop of
+// tests/support/sparse_mha_sequence.hpp. The dots run in the register-blocked micro-kernels of
+// cpu/attention_tiles.hpp on rows decoded to fp32 once per work item.
 //
 //   - Shared keys (k_nope and v broadcast over heads, stride(1) == 0: the absorbed MQA decode over
-//     the latent cache): a work item is a token and a group of its heads. Its used entries are
-//     decoded to fp32 in tiles shared by all the group's heads, and the dots run in the register-
-//     blocked micro-kernels of cpu/attention_tiles.hpp, vectorised over heads (logits) and over
-//     output columns (P · V, product by product). A decode token's heads are split over the
-//     threads. Scratch per thread: the group's logits over all used entries (k x heads floats).
-//   - Per-head keys (the MHA prefill, whose k_nope and v are the up-projected [n, h, d]): work items
-//     are tokens, each (token, head) evaluated by the scalar numerics directly. k floats of scratch.
+//     the latent cache): a work item is a token and a group of its heads; the logits are
+//     vectorised over heads, P · V over output columns. A decode token's heads are split over
+//     the threads. Scratch per thread: the group's logits over all used entries (k x heads floats).
+//   - Per-head keys (the MHA prefill, whose k_nope and v are the up-projected [n, h, d]): a work
+//     item is a head and a block of 16 tokens, whose lanes the logits are vectorised over: the
+//     dots of every token of the block with every key row any of them uses (in a causal prefill
+//     the block's rows overlap almost entirely; in the worst case this is 16x the used pairs),
+//     then per token its softmax and P · V over its own entries, gathered. Scratch per thread:
+//     one int per key row and, per row of the block's union, 16 dots and d_v values.
 #pragma once
 
 #include <algorithm>
@@ -47,60 +51,124 @@ struct sparse_mha_args {
   sparse_mha_config cfg;
 };
 
+// bf16 -> fp32 is a 16-bit shift of the pattern: written on the integers so it vectorises.
+DSA_FORCEINLINE void widen_bf16_row(const bf16* DSA_RESTRICT src, index_t d, float* DSA_RESTRICT dst) {
+  for (index_t c = 0; c < d; ++c) dst[c] = detail::bits_float(static_cast<std::uint32_t>(src[c].bits) << 16);
+}
+
+/// Query tokens per work item of the per-head path: one vector of lanes.
+inline constexpr index_t sparse_mha_token_block = tiles::lanes;
+
 inline void sparse_mha_per_head_keys(const cpu_backend& be, const sparse_mha_args& a) {
   const auto& [q, k_nope, k_rope, v, indices, out, lse, cfg] = a;
   const index_t s = q.extent(0), h = q.extent(1), n = k_nope.extent(0);
   const index_t d_nope = k_nope.extent(2), d_rope = k_rope.extent(1), d_v = v.extent(2);
+  const index_t d_qk = d_nope + d_rope;
   const index_t k = indices.extent(1);
   const bool want_lse = !lse.is_absent();
-  const index_t cost = std::max<index_t>(1, k * h * (d_nope + d_rope + d_v));
-  const index_t grain = std::max<index_t>(1, (index_t{1} << 16) / cost);
-  parallel_for(be, s, grain, [&](index_t begin, index_t end) {
-    std::vector<float> logit(static_cast<std::size_t>(k));
-    std::vector<float> acc(static_cast<std::size_t>(d_v));
-    for (index_t t = begin; t < end; ++t) {
-      const std::int32_t* idx = indices.row(t);
-      for (index_t hh = 0; hh < h; ++hh) {
-        const bf16* qh = &q(t, hh, 0);
-        float m = -std::numeric_limits<float>::infinity();
-        for (index_t j = 0; j < k; ++j) {
-          if (!sparse_mha_index_valid(idx[j], n)) continue;
-          const index_t r = idx[j];
-          const bf16* kr = d_rope > 0 ? k_rope.row(r) : nullptr;
-          logit[static_cast<std::size_t>(j)] =
-              sparse_mha_logit(qh, &k_nope(r, hh, 0), d_nope, kr, d_rope, cfg.softmax_scale, cfg.rounding);
-          m = sparse_mha_max(m, logit[static_cast<std::size_t>(j)]);
+  const bool split = cfg.rounding == attention_rounding::bf16_split;
+  if (s == 0 || h == 0) return;
+
+  const index_t tb = sparse_mha_token_block;
+  const index_t token_blocks = (s + tb - 1) / tb;
+  const index_t tile = sparse_mha_key_tile;
+  const index_t kstride = tiles::pad(d_qk);
+  const index_t dvpad = tiles::pad(d_v);
+
+  // Head-major items: a thread's consecutive items read the same head's keys.
+  parallel_for(be, h * token_blocks, 1, [&](index_t begin, index_t end) {
+    // Zero-initialised: the micro-kernels read (and the results ignore) the padding lanes.
+    std::vector<float> qt(static_cast<std::size_t>(d_qk * tb));  // queries, [d_qk, tb]
+    std::vector<float> kt(static_cast<std::size_t>(tile * kstride));
+    std::vector<float> st, st_rope, vt;  // per union row: dots [u, tb], values [u, dvpad]
+    std::vector<float> lg(static_cast<std::size_t>(k));
+    std::vector<float> acc(static_cast<std::size_t>(dvpad));
+    std::vector<std::int32_t> slot(static_cast<std::size_t>(n), -1);  // key row -> union row
+    std::vector<std::int32_t> uni;                                    // union rows' key rows
+    std::vector<std::int32_t> used;                                   // a token's union rows
+
+    for (index_t item = begin; item < end; ++item) {
+      const index_t hh = item / token_blocks;
+      const index_t t0 = (item % token_blocks) * tb, tn = std::min(tb, s - t0);
+
+      // The union of the block's used key rows.
+      uni.clear();
+      for (index_t t = t0; t < t0 + tn; ++t) {
+        for (index_t e = 0; e < k; ++e) {
+          const std::int32_t r = indices(t, e);
+          if (!sparse_mha_index_valid(r, n) || slot[static_cast<std::size_t>(r)] >= 0) continue;
+          slot[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(uni.size());
+          uni.push_back(r);
         }
-        bf16* o = &out(t, hh, 0);
+      }
+      const index_t un = static_cast<index_t>(uni.size());
+      st.resize(static_cast<std::size_t>(un * tb));
+      if (split) st_rope.resize(static_cast<std::size_t>(un * tb));
+      vt.resize(static_cast<std::size_t>(un * dvpad));
+
+      for (index_t t = 0; t < tn; ++t) {
+        const bf16* src = &q(t0 + t, hh, 0);
+        for (index_t c = 0; c < d_qk; ++c) qt[static_cast<std::size_t>(c * tb + t)] = src[c].to_float();
+      }
+      for (index_t c = 0; c < d_qk; ++c) std::fill_n(qt.data() + c * tb + tn, tb - tn, 0.0f);
+
+      // Dots of every (token, union row) and the union's values, a tile of rows at a time.
+      for (index_t u0 = 0; u0 < un; u0 += tile) {
+        const index_t jn = std::min(tile, un - u0);
+        for (index_t j = 0; j < jn; ++j) {
+          const index_t r = uni[static_cast<std::size_t>(u0 + j)];
+          float* dst = kt.data() + j * kstride;
+          widen_bf16_row(&k_nope(r, hh, 0), d_nope, dst);
+          if (d_rope > 0) widen_bf16_row(k_rope.row(r), d_rope, dst + d_nope);
+          float* vd = vt.data() + (u0 + j) * dvpad;
+          widen_bf16_row(&v(r, hh, 0), d_v, vd);
+          std::fill(vd + d_v, vd + dvpad, 0.0f);
+        }
+        if (split) {
+          tiles::tile_logits(qt.data(), tb, kt.data(), kstride, d_nope, jn, st.data() + u0 * tb);
+          tiles::tile_logits(qt.data() + d_nope * tb, tb, kt.data() + d_nope, kstride, d_rope, jn, st_rope.data() + u0 * tb);
+        } else {
+          tiles::tile_logits(qt.data(), tb, kt.data(), kstride, d_qk, jn, st.data() + u0 * tb);
+        }
+      }
+
+      // Each token: its entries' logits, softmax and P · V in entry order.
+      for (index_t t = 0; t < tn; ++t) {
+        used.clear();
+        float m = -std::numeric_limits<float>::infinity();
+        for (index_t e = 0; e < k; ++e) {
+          const std::int32_t r = indices(t0 + t, e);
+          if (!sparse_mha_index_valid(r, n)) continue;
+          const std::int32_t u = slot[static_cast<std::size_t>(r)];
+          const std::size_t x = static_cast<std::size_t>(u * tb + t);
+          const float l = split ? sparse_mha_split_logit(st[x], st_rope[x], cfg.softmax_scale)
+                                : sparse_mha_scaled_logit(st[x], cfg.softmax_scale, cfg.rounding);
+          lg[used.size()] = l;
+          used.push_back(u);
+          m = sparse_mha_max(m, l);
+        }
+        bf16* o = &out(t0 + t, hh, 0);
         if (sparse_mha_row_empty(m)) {
           std::fill(o, o + d_v, bf16(0.0f));
-          if (want_lse) lse(t, hh) = std::numeric_limits<float>::infinity();
+          if (want_lse) lse(t0 + t, hh) = std::numeric_limits<float>::infinity();
           continue;
         }
+        const index_t cnt = static_cast<index_t>(used.size());
         float sum = 0.0f;
-        for (index_t j = 0; j < k; ++j) {
-          if (!sparse_mha_index_valid(idx[j], n)) continue;
-          const float e = sparse_mha_exp(logit[static_cast<std::size_t>(j)] - m);
-          logit[static_cast<std::size_t>(j)] = e;
-          sum += e;
+        for (index_t e = 0; e < cnt; ++e) {
+          const float x = sparse_mha_exp(lg[static_cast<std::size_t>(e)] - m);
+          lg[static_cast<std::size_t>(e)] = x;
+          sum += x;
         }
+        for (index_t e = 0; e < cnt; ++e) lg[static_cast<std::size_t>(e)] = sparse_mha_prob(lg[static_cast<std::size_t>(e)], sum, cfg.rounding);
         std::fill(acc.begin(), acc.end(), 0.0f);
-        for (index_t j = 0; j < k; ++j) {
-          if (!sparse_mha_index_valid(idx[j], n)) continue;
-          const float p = sparse_mha_prob(logit[static_cast<std::size_t>(j)], sum, cfg.rounding);
-          const bf16* vr = &v(idx[j], hh, 0);
-          for (index_t c = 0; c < d_v; ++c) acc[static_cast<std::size_t>(c)] += sparse_mha_pv(p, vr[c].to_float());
-        }
+        tiles::pv_gather_sequential(lg.data(), used.data(), cnt, vt.data(), dvpad, acc.data(), dvpad);
         for (index_t c = 0; c < d_v; ++c) o[c] = bf16(acc[static_cast<std::size_t>(c)]);
-        if (want_lse) lse(t, hh) = m + static_cast<float>(std::log(static_cast<double>(sum)));
+        if (want_lse) lse(t0 + t, hh) = m + static_cast<float>(std::log(static_cast<double>(sum)));
       }
+      for (const std::int32_t r : uni) slot[static_cast<std::size_t>(r)] = -1;
     }
   });
-}
-
-// bf16 -> fp32 is a 16-bit shift of the pattern: written on the integers so it vectorises.
-DSA_FORCEINLINE void widen_bf16_row(const bf16* DSA_RESTRICT src, index_t d, float* DSA_RESTRICT dst) {
-  for (index_t c = 0; c < d; ++c) dst[c] = detail::bits_float(static_cast<std::uint32_t>(src[c].bits) << 16);
 }
 
 inline void sparse_mha_shared_keys(const cpu_backend& be, const sparse_mha_args& a) {
