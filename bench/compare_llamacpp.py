@@ -145,7 +145,7 @@ def parse_dsa_stage(text: str, stage: str) -> dict | None:
 def run_dsa(args, cfg: dict, threads: int, ctx: int, logdir: Path) -> dict:
     ids, id_range = prompt_ids(ctx, int(cfg["vocab_size"]), seed=ctx)
     cmd = [args.dsa_run, "--model", str(args.model), "--prompt-ids", ids,
-           "--max-new-tokens", str(args.n_gen + 1), "--threads", str(threads), "--quiet"]
+           "--max-new-tokens", str(args.n_gen + 1), "--threads", str(threads), "--fp8-dot", args.dsa_fp8_dot, "--quiet"]
     shown = " ".join(cmd[:4]) + f" '<{ctx} ids in [0, {id_range})>' " + " ".join(cmd[5:])
     reps = []
     for rep in range(args.reps):
@@ -332,7 +332,8 @@ def table(results: dict) -> str:
            "| dsa decode | llama.cpp decode fa=0 | fa=1 | dsa / best |")
     st = results["settings"]
     lines = ["tokens/s (prefill: the whole prompt from an empty cache; decode: "
-             f"{st['n_gen']} steps after a context of that length; best of {st.get('reps', 1)})", "", hdr,
+             f"{st['n_gen']} steps after a context of that length; best of {st.get('reps', 1)}; "
+             f"dsa --fp8-dot {st.get('dsa_fp8_dot', 'exact')})", "", hdr,
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for e in results["entries"]:
         d, l0, l1 = e.get("dsa", {}), e.get("llama", {}).get("fa0", {}), e.get("llama", {}).get("fa1", {})
@@ -407,6 +408,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--report", type=Path, help="only print the table (and plot) of an existing JSON")
     ap.add_argument("--dsa-run")
+    ap.add_argument("--dsa-fp8-dot", choices=("exact", "fp32"), default="exact",
+                    help="dsa_run --fp8-dot: the FP8 block dot of its linear layers (default exact, dsa's default)")
     ap.add_argument("--llama-bench", help="llama-bench binary (with --llama-tool llama-bench)")
     ap.add_argument("--llama-batched-bench", help="llama-batched-bench binary (the default tool)")
     ap.add_argument("--llama-tool", choices=("llama-batched-bench", "llama-bench"), default="llama-batched-bench",
@@ -457,7 +460,7 @@ def main() -> None:
                 "contexts": contexts, "threads": threads, "n_gen": args.n_gen, "reps": args.reps,
                 "flash_attn": args.flash_attn, "warmup_max_ctx": args.warmup_max_ctx, "nice": args.nice,
                 "max_busy": args.max_busy, "max_wait": args.max_wait,
-                "dsa_run": args.dsa_run, "llama_tool": args.llama_tool,
+                "dsa_run": args.dsa_run, "dsa_fp8_dot": args.dsa_fp8_dot, "llama_tool": args.llama_tool,
                 "llama_binary": args.llama_bench if args.llama_tool == "llama-bench" else args.llama_batched_bench,
                 "config": {k: cfg.get(k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
                                                    "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",

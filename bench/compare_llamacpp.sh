@@ -4,6 +4,7 @@
 #   bench/compare_llamacpp.sh [--contexts "1024 8192 32768"] [--threads "2"] [--n-gen 32]
 #                             [--reps 1] [--model DIR] [--outtype q8_0|bf16|f16|f32]
 #                             [--llama-cpp-python-version X.Y.Z] [--dsa-ref REF | --dsa-run PATH]
+#                             [--dsa-fp8-dot exact|fp32]
 #                             [--timeout S] [--nice N] [--max-busy F] [--max-wait S]
 #                             [--llama-tool llama-batched-bench|llama-bench]
 #                             [--publish] [--report-only]
@@ -17,7 +18,8 @@
 #      no CURL/OpenSSL);
 #   3. builds dsa_run and dsa_make_tiny_model (Release, DSA_NATIVE=ON) from this checkout's
 #      working tree, or with --dsa-ref REF from `git archive REF` (a commit, unaffected by edits
-#      in progress), unless --dsa-run names a binary;
+#      in progress), unless --dsa-run names a binary; --dsa-fp8-dot picks dsa_run's FP8 block
+#      dot (exact, its default, or the fast fp32 one);
 #   4. makes a Python venv with what llama.cpp's convert_hf_to_gguf.py imports (torch, numpy,
 #      transformers, at the versions the vendored requirements pin; torch from PyPI brings
 #      its CUDA wheels, about 4.7 GB installed, unused) and matplotlib for the plot;
@@ -67,6 +69,7 @@ NICE_RUN=""
 MAX_BUSY=""
 MAX_WAIT=""
 LLAMA_TOOL="llama-batched-bench"
+DSA_FP8_DOT="exact"
 PUBLISH=0
 REPORT_ONLY=0
 
@@ -82,6 +85,7 @@ while [[ $# -gt 0 ]]; do
     --llama-cpp-python-version) LCP_VERSION="$2"; shift 2 ;;
     --dsa-run) DSA_RUN="$(realpath "$2")"; shift 2 ;;
     --dsa-ref) DSA_REF="$2"; shift 2 ;;
+    --dsa-fp8-dot) DSA_FP8_DOT="$2"; shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
     --nice) NICE_RUN="$2"; shift 2 ;;
     --max-busy) MAX_BUSY="$2"; shift 2 ;;
@@ -258,7 +262,7 @@ extra=()
 [[ -n "$MAX_BUSY" ]] && extra+=(--max-busy "$MAX_BUSY")
 [[ -n "$MAX_WAIT" ]] && extra+=(--max-wait "$MAX_WAIT")
 "$VPY" "$ROOT/bench/compare_llamacpp.py" \
-  --dsa-run "$DSA_RUN" --llama-bench "$LLAMA_BENCH" --llama-batched-bench "$LLAMA_BATCHED_BENCH" \
+  --dsa-run "$DSA_RUN" --dsa-fp8-dot "$DSA_FP8_DOT" --llama-bench "$LLAMA_BENCH" --llama-batched-bench "$LLAMA_BATCHED_BENCH" \
   --llama-tool "$LLAMA_TOOL" --model "$MODEL" --gguf "$GGUF" \
   --contexts "$CONTEXTS" --threads "$THREADS" --n-gen "$N_GEN" --reps "$REPS" "${extra[@]}" \
   --meta "llama_cpp_python_version=$LCP_VER" --meta "llama_cpp_version=${LLAMA_COMMIT:-commit unknown}" \
