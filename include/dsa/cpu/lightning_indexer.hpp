@@ -30,6 +30,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/cpu/e4m3_value.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/fp32_ops.hpp"
 #include "dsa/numerics/kv_cache.hpp"
@@ -134,16 +135,6 @@ DSA_FORCEINLINE T* head_row(const tensor_view<T, 3>& v, index_t t, index_t h) {
   return v.data_handle() == nullptr ? v.data_handle() : v.data_handle() + t * v.stride(0) + h * v.stride(1);
 }
 
-// fp8_e4m3::to_float on the bits, branch-free so that row decodes vectorise: the 7-bit
-// magnitude shifted into an fp32 pattern is its value times 2^-120 (normal codes land on normal
-// fp32 numbers, subnormal codes on fp32 subnormals), so one exact multiply by 2^120 restores it;
-// magnitude 0x7F is the format's NaN, which to_float returns as the quiet NaN with the sign.
-DSA_FORCEINLINE float e4m3_value(std::uint32_t b) {
-  const std::uint32_t mag = b & 0x7Fu;
-  const float m = detail::bits_float(mag << 20) * 0x1p120f;
-  return detail::bits_float((mag == 0x7Fu ? 0x7FC00000u : detail::float_bits(m)) | ((b & 0x80u) << 24));
-}
-
 // One row of d values to fp32.
 DSA_FORCEINLINE void decode_row(const fp8_e4m3* DSA_RESTRICT src, index_t d, float* DSA_RESTRICT dst) {
   for (index_t i = 0; i < d; ++i) dst[i] = e4m3_value(src[i].bits);
@@ -200,22 +191,82 @@ inline void transpose_tile(const float* DSA_RESTRICT rows, index_t d, float* DSA
 #pragma GCC diagnostic pop
 #endif
 
+#if defined(__AVX512BW__)
+// kt[(i0 + c) * key_tile + j] = value of code i0 + c of row j, for c < 16 and the 16 rows: the
+// 16 x 16 bytes transposed in registers (byte and word unpacks within 128-bit lanes, then one
+// dword permute across them) before they are widened, which costs about a third of decoding the
+// rows to fp32 first and transposing 16 x 16 floats.
+DSA_FORCEINLINE void decode_codes16_transposed(const std::uint8_t* const* rows, index_t i0, float* DSA_RESTRICT kt) {
+  static_assert(key_tile == 16);
+  __m512i z[4];  // z[a], 128-bit lane q: the 16 codes of row 4q + a
+  for (int a = 0; a < 4; ++a) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[a] + i0)));
+    for (int q = 1; q < 4; ++q) {
+      const __m128i r = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[4 * q + a] + i0));
+      switch (q) {
+        case 1: v = _mm512_inserti32x4(v, r, 1); break;
+        case 2: v = _mm512_inserti32x4(v, r, 2); break;
+        default: v = _mm512_inserti32x4(v, r, 3); break;
+      }
+    }
+    z[a] = v;
+  }
+  // Per lane q: t0/t1 interleave rows 4q, 4q + 1 (codes 0-7 / 8-15), t2/t3 rows 4q + 2, 4q + 3;
+  // u[g] dword c then holds code 4g + c of rows 4q .. 4q + 3.
+  const __m512i t0 = _mm512_unpacklo_epi8(z[0], z[1]), t1 = _mm512_unpackhi_epi8(z[0], z[1]);
+  const __m512i t2 = _mm512_unpacklo_epi8(z[2], z[3]), t3 = _mm512_unpackhi_epi8(z[2], z[3]);
+  const __m512i u[4] = {_mm512_unpacklo_epi16(t0, t2), _mm512_unpackhi_epi16(t0, t2), _mm512_unpacklo_epi16(t1, t3),
+                        _mm512_unpackhi_epi16(t1, t3)};
+  // Dword 4c + q of the result = dword 4q + c of u[g]: lane c is code 4g + c of rows 0 .. 15.
+  const __m512i across = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (int g = 0; g < 4; ++g) {
+    const __m512i w = _mm512_permutexvar_epi32(across, u[g]);
+    float* dst = kt + (i0 + 4 * g) * key_tile;
+    _mm512_storeu_ps(dst, e4m3_values16(_mm512_castsi512_si128(w)));
+    _mm512_storeu_ps(dst + key_tile, e4m3_values16(_mm512_extracti32x4_epi32(w, 1)));
+    _mm512_storeu_ps(dst + 2 * key_tile, e4m3_values16(_mm512_extracti32x4_epi32(w, 2)));
+    _mm512_storeu_ps(dst + 3 * key_tile, e4m3_values16(_mm512_extracti32x4_epi32(w, 3)));
+  }
+}
+#endif
+
+// kt [d, key_tile]: the values of the code rows src[0 .. key_tile) (d codes each), transposed;
+// `rows` [key_tile, d] is scratch for the generic path (decode, then transpose_tile).
+inline void decode_code_tile(const std::uint8_t* const* src, index_t d, float* DSA_RESTRICT rows, float* DSA_RESTRICT kt) {
+#if defined(__AVX512BW__)
+  if (d % 16 == 0) {
+    for (index_t i0 = 0; i0 < d; i0 += 16) decode_codes16_transposed(src, i0, kt);
+    return;
+  }
+#endif
+  for (index_t j = 0; j < key_tile; ++j) decode_row(src[j], d, rows + j * d);
+  transpose_tile(rows, d, kt);
+}
+
 // Keys held in a dense [n, d] view with one scale per key.
 template <class KT>
 struct dense_keys {
   tensor_view<const KT, 2> k;
   tensor_view<const float, 1> k_scale;
 
-  // Decodes keys [p, p + count) of the row group that starts at `row` into `rows` [key_tile, d]
-  // (unused rows zero) and their scales.
-  void load(index_t /*row*/, index_t p, index_t count, float* rows, float* scale) const {
+  // The tile kt [d, key_tile] of keys [p, p + count) (of the row group that starts at `row`) and
+  // their scales; lanes past count repeat the last key (their scores are never written), or are
+  // zero where the keys are not FP8 codes. `rows` [key_tile, d] is scratch.
+  void load_tile(index_t /*row*/, index_t p, index_t count, float* rows, float* kt, float* scale) const {
     const index_t d = k.extent(1);
-    for (index_t j = 0; j < count; ++j) {
-      decode_row(k.row(p + j), d, rows + j * d);
-      scale[j] = k_scale(p + j);
-    }
-    std::fill(rows + count * d, rows + key_tile * d, 0.0f);
+    for (index_t j = 0; j < count; ++j) scale[j] = k_scale(p + j);
     std::fill(scale + count, scale + key_tile, 0.0f);
+    if constexpr (std::is_same_v<KT, float>) {
+      for (index_t j = 0; j < count; ++j) decode_row(k.row(p + j), d, rows + j * d);
+      std::fill(rows + count * d, rows + key_tile * d, 0.0f);
+      transpose_tile(rows, d, kt);
+    } else {
+      const std::uint8_t* src[key_tile];
+      for (index_t j = 0; j < key_tile; ++j) {
+        src[j] = reinterpret_cast<const std::uint8_t*>(k.row(p + std::min(j, count - 1)));
+      }
+      decode_code_tile(src, d, rows, kt);
+    }
   }
 };
 
@@ -226,16 +277,26 @@ struct paged_keys {
   tensor_view<const std::int32_t, 2> block_table;
   index_t block_size;
 
-  void load(index_t row, index_t p, index_t count, float* rows, float* scale) const {
-    constexpr index_t d = indexer_cache_dim;
+  // As dense_keys::load_tile.
+  void load_tile(index_t row, index_t p, index_t count, float* rows, float* kt, float* scale) const {
     const std::int32_t* table = block_table.row(row);
-    for (index_t j = 0; j < count; ++j) {
-      const std::uint8_t* src = cache.row(paged_cache_slot(table, block_size, p + j));
-      decode_row(src, d, rows + j * d);
-      scale[j] = indexer_cache_row_scale(src);
+    const std::uint8_t* src[key_tile];
+    // paged_cache_slot(table, block_size, p + j), stepping through the page instead of dividing
+    // per key (a 64-bit division per key was a tenth of the single-query decode).
+    index_t b = p / block_size, off = p % block_size;
+    for (index_t j = 0; j < key_tile; ++j) {
+      if (j < count) {
+        src[j] = cache.row(static_cast<index_t>(table[b]) * block_size + off);
+        if (++off == block_size) {
+          off = 0;
+          ++b;
+        }
+      } else {
+        src[j] = src[count - 1];
+      }
+      scale[j] = j < count ? indexer_cache_row_scale(src[j]) : 0.0f;
     }
-    std::fill(rows + count * d, rows + key_tile * d, 0.0f);
-    std::fill(scale + count, scale + key_tile, 0.0f);
+    decode_code_tile(src, indexer_cache_dim, rows, kt);
   }
 };
 
@@ -293,8 +354,7 @@ void run_scores(const cpu_backend& be, tensor_view<const QT, 3> q, tensor_view<c
         }
         for (index_t p = lo_all; p < hi_all; p += key_tile) {
           const index_t count = std::min(key_tile, hi_all - p);
-          keys.load(t0, p, count, sc.rows.data(), sc.scale);
-          transpose_tile(sc.rows.data(), d, sc.kt.data());
+          keys.load_tile(t0, p, count, sc.rows.data(), sc.kt.data(), sc.scale);
           for (index_t t = t0; t < t1; ++t) {
             // This row's part of the tile: every lane is an independent score, so computing
             // the whole tile and keeping a part gives the same bits as a tile of that part.

@@ -185,25 +185,6 @@ T* scratch(std::size_t n) {
 
 // ---- e4m3 decoding ------------------------------------------------------------------------------
 
-// Decodes 128 e4m3 codes to their fp32 values with integer and exact fp32 operations: the
-// exponent/mantissa fields move into fp32 position with the exponent rebiased (+120), which is
-// the value of every normal code; a subnormal code (exponent field 0, value m 2^-9) then reads
-// 2^-7 + m 2^-10, and adding (that - 2^-6) = m 2^-10 - 2^-7 gives m 2^-9 exactly. No subnormal
-// fp32 is ever formed, so DAZ/FTZ modes set by a host program cannot change the result, and the
-// selections are bit masks so that the loop vectorises. (The scalar reference of the tests.)
-DSA_FORCEINLINE void decode_e4m3_block(const std::uint8_t* DSA_RESTRICT codes, float* DSA_RESTRICT out) {
-  for (index_t k = 0; k < block; ++k) {
-    const std::uint32_t c = codes[k];
-    const std::uint32_t mag = c & 0x7Fu;
-    const float f = detail::bits_float((mag << 20) + (120u << 23));
-    const std::uint32_t is_sub = 0u - static_cast<std::uint32_t>(mag < 8u);
-    const std::uint32_t is_nan = 0u - static_cast<std::uint32_t>(mag == 0x7Fu);
-    const float v = f + detail::bits_float(detail::float_bits(f - 0x1p-6f) & is_sub);
-    const std::uint32_t bits = (detail::float_bits(v) & ~is_nan) | (0x7FC00000u & is_nan);
-    out[k] = detail::bits_float(bits | ((c & 0x80u) << 24));
-  }
-}
-
 inline const std::uint8_t* code_bytes(const fp8_e4m3* p) { return reinterpret_cast<const std::uint8_t*>(p); }
 
 /// The tile holds the weights' e4m3 values times 2^8 and the decoded activations hold theirs

@@ -27,6 +27,7 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/cpu/attention_tiles.hpp"
+#include "dsa/cpu/e4m3_value.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/kv_cache.hpp"
 #include "dsa/numerics/online_softmax.hpp"
@@ -57,10 +58,8 @@ struct sparse_mla_bf16_rows {
 };
 
 // Decodes FP8 cache rows into fp32, bit-identical to sparse_mla_fp8_row_to_f32 (tested): the
-// e4m3 magnitude's bits shifted into an fp32 pattern are its value times 2^-120 (normal codes
-// land on normal fp32 numbers, subnormal codes on fp32 subnormals), so one exact multiply by
-// 2^120 gives fp8_e4m3::to_float without a table lookup, in a loop that vectorises; code 0x7F is
-// the NaN of to_float. Then code · scale in fp32, and the bf16 RoPE widened.
+// codes through e4m3_value (no table, vectorises), then code · scale in fp32, and the bf16 RoPE
+// widened.
 struct sparse_mla_fp8_rows {
   tensor_view<const std::uint8_t, 2> kv;
   index_t rows() const { return kv.extent(0); }
@@ -69,11 +68,7 @@ struct sparse_mla_fp8_rows {
     for (index_t g = 0; g < kv_fp8_num_scales; ++g) {
       const float s = kv_fp8_row_scale(row, g);
       for (index_t i = g * kv_fp8_group; i < (g + 1) * kv_fp8_group; ++i) {
-        const std::uint32_t b = row[i];
-        const std::uint32_t mag = b & 0x7Fu;
-        const float m = detail::bits_float(mag << 20) * 0x1p120f;
-        const std::uint32_t bits = (mag == 0x7Fu ? 0x7FC00000u : detail::float_bits(m)) | ((b & 0x80u) << 24);
-        dst[i] = detail::bits_float(bits) * s;
+        dst[i] = e4m3_value(row[i]) * s;
       }
     }
     for (index_t c = 0; c < kv_rope_dim; ++c) {
