@@ -597,8 +597,9 @@ void fuzz_dense(gen& g) {
       auto w = g.values<fp8_e4m3, 2>({out, in});
       auto ws = g.values<float, 2>({(out + 127) / 128, in / 128});
       auto y = g.output<bf16, 2>({t, out});
-      dsa::fp8_linear(g.backend(), x.view, w.view, ws.view, y.view,
-                      static_cast<dsa::scale_format>(g.p.ConsumeIntegralInRange(0, 2)));
+      dsa::cpu_backend be = g.backend();
+      if (g.p.ConsumeBool()) be.fp8_block_dot = dsa::fp8_dot::fp32;  // both block dots (issue 13)
+      dsa::fp8_linear(be, x.view, w.view, ws.view, y.view, static_cast<dsa::scale_format>(g.p.ConsumeIntegralInRange(0, 2)));
       break;
     }
     case 3: {

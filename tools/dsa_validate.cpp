@@ -3,8 +3,8 @@
 // with --model, replays a golden model directory (config.json, the checkpoint and
 // expected.safetensors) through dsa::model::transformer under the golden README's criteria.
 //
-//   dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N]
-//   dsa_validate --model DIR      [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N]
+//   dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N] [--fp8-dot M]
+//   dsa_validate --model DIR      [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N] [--fp8-dot M]
 //
 // Exit codes: 0 every group (every check) ran and passed; 1 a comparison failed (or the backend
 // failed while running a group); 2 usage, I/O or a malformed file (including a group that lacks a
@@ -52,8 +52,8 @@ constexpr int exit_error = 2;
 constexpr int exit_no_device = 77;  ///< --backend cuda without a GPU: the Automake / ctest skip code
 
 const char* const usage_text =
-    "usage: dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N]\n"
-    "       dsa_validate --model DIR      [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N]\n"
+    "usage: dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N] [--fp8-dot M]\n"
+    "       dsa_validate --model DIR      [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N] [--fp8-dot M]\n"
     "\n"
     "Runs every case group found in FILE (hadamard, hadamard_f32, act_quant, weight_quant, indexer,\n"
     "topk, sparse_mla, kl_dense, kl_sparse) through dsa's ops and compares with the file's expected\n"
@@ -65,6 +65,8 @@ const char* const usage_text =
     "  --backend cpu|cuda   backend to run the ops on (default cpu); cuda needs a build with\n"
     "                       DSA_ENABLE_CUDA=ON and a GPU (the current device)\n"
     "  --threads N          CPU threads, N >= 1 (default: every hardware thread); --backend cpu only\n"
+    "  --fp8-dot M          the CPU FP8 linear's block dot: exact (default) or fp32 (the fast mode,\n"
+    "                       docs/decisions.md); --backend cpu only\n"
     "  --dump OUT           write the inputs and the computed outputs, under the expected outputs'\n"
     "                       names, to OUT (a golden-format file; written to a new temporary file\n"
     "                       and renamed onto OUT; OUT may not be an input or a directory)\n"
@@ -79,6 +81,7 @@ struct options {
   std::string backend = "cpu";
   std::filesystem::path dump;
   int threads = 0;
+  std::optional<dsa::fp8_dot> fp8_dot;  ///< --fp8-dot (else the backend's default)
   std::vector<std::filesystem::path> inputs;  ///< every file the run reads (set by run() for --dump)
 };
 
@@ -121,6 +124,15 @@ options parse_args(int argc, char** argv) {
       if (used != v.size() || n < 1 || n > 4096)
         throw usage_error{"--threads = " + v + "; expected an integer in [1, 4096]"};
       o.threads = static_cast<int>(n);
+    } else if (a == "--fp8-dot") {
+      const std::string v = value(i, a);
+      if (v == "exact") {
+        o.fp8_dot = dsa::fp8_dot::exact;
+      } else if (v == "fp32") {
+        o.fp8_dot = dsa::fp8_dot::fp32;
+      } else {
+        throw usage_error{"--fp8-dot = " + v + "; expected exact or fp32"};
+      }
     } else if (a.size() > 1 && a[0] == '-') {
       throw usage_error{"unknown option " + std::string(a)};
     } else if (have_file) {
@@ -138,6 +150,10 @@ options parse_args(int argc, char** argv) {
   if (o.backend == "cuda" && o.threads != 0) {
     throw usage_error{"--threads = " + std::to_string(o.threads) +
                       " with --backend cuda; --threads sets the CPU backend's threads (drop it, or use --backend cpu)"};
+  }
+  if (o.backend == "cuda" && o.fp8_dot) {
+    throw usage_error{"--fp8-dot with --backend cuda; it selects the CPU backend's FP8 block dot (drop it, or use "
+                      "--backend cpu)"};
   }
   return o;
 }
@@ -246,11 +262,21 @@ std::string padded(const std::string& s, std::size_t width) {
   return s.size() >= width ? s + " " : s + std::string(width - s.size(), ' ');
 }
 
-/// The CPU backend in the report's first line: "cpu (N threads)" (CUDA's is
-/// "cuda (" + cuda_device_description() + ")").
+/// The CPU backend of the options.
+dsa::cpu_backend cpu_backend_of(const options& o) {
+  dsa::cpu_backend be{o.threads};
+  if (o.fp8_dot) be.fp8_block_dot = *o.fp8_dot;
+  return be;
+}
+
+/// The CPU backend in the report's first line: "cpu (N threads)", ", fp32 FP8 block dots" added in
+/// that mode (CUDA's is "cuda (" + cuda_device_description() + ")").
 std::string cpu_description(const dsa::cpu_backend& be) {
   const int threads = dsa::cpu_detail::thread_count(be);
-  return "cpu (" + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
+  std::string s = "cpu (" + std::to_string(threads);
+  s += threads == 1 ? " thread" : " threads";
+  if (be.fp8_block_dot == dsa::fp8_dot::fp32) s += ", fp32 FP8 block dots";
+  return s + ")";
 }
 
 /// --model DIR: the golden replay of a model directory, one line per check.
@@ -290,7 +316,7 @@ int run_model(const options& o) {
   } else
 #endif
   {
-    const dsa::cpu_backend be{o.threads};
+    const dsa::cpu_backend be = cpu_backend_of(o);
     header(cpu_description(be));
     r = dsa_validate::run_model_case(be, dir);
   }
@@ -433,7 +459,7 @@ int run(options o) {
     return run_primitives(o, f, groups, dsa_validate::cuda_executor{}, "cuda (" + dsa_validate::cuda_device_description() + ")");
   }
 #endif
-  const dsa::cpu_backend be{o.threads};
+  const dsa::cpu_backend be = cpu_backend_of(o);
   return run_primitives(o, f, groups, dsa_validate::host_executor<dsa::cpu_backend>{be}, cpu_description(be));
 }
 

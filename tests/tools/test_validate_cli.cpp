@@ -249,6 +249,8 @@ TEST_CASE("dsa_validate usage errors exit 2") {
            {{g, "--threads", "2x"}, "--threads = 2x"},
            {{g, "--frobnicate"}, "unknown option --frobnicate"},
            {{g, "--backend", "cuda", "--threads", "2"}, "--threads = 2 with --backend cuda"},
+           {{g, "--fp8-dot", "fast"}, "--fp8-dot = fast; expected exact or fp32"},
+           {{g, "--backend", "cuda", "--fp8-dot", "fp32"}, "--fp8-dot with --backend cuda"},
            {{g, g}, "more than one input file"},
        }) {
     const auto r = run_tool(dir, args);
@@ -309,23 +311,28 @@ fs::path model_with_expected(const temp_dir& dir, const std::string& name, Edit 
 }  // namespace
 
 TEST_CASE("dsa_validate --model replays the golden tiny model: one line per check, exit 0") {
-  temp_dir dir;
-  const auto r = run_tool(dir, {"--model", tiny_dir.string(), "--threads", "2"});
-  CAPTURE(r.output);
-  CHECK(r.exit_code == 0);
-  CHECK(contains(r.output, "model " + tiny_dir.string() + ", backend cpu (2 threads)"));
-  for (int s = 0; s <= 8; ++s) {
-    const std::string step = "step" + std::to_string(s) + ".logits";
-    CHECK_MESSAGE(contains(r.output, step + std::string(20 - step.size(), ' ') + "PASS  cosine 0.99"), step);
+  // In both FP8 block-dot modes, with the same criteria (issue 13).
+  for (const std::string mode : {"exact", "fp32"}) {
+    CAPTURE(mode);
+    temp_dir dir;
+    const auto r = run_tool(dir, {"--model", tiny_dir.string(), "--threads", "2", "--fp8-dot", mode});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(contains(r.output, "model " + tiny_dir.string() + ", backend cpu (2 threads" +
+                                 (mode == "fp32" ? ", fp32 FP8 block dots)" : ")")));
+    for (int s = 0; s <= 8; ++s) {
+      const std::string step = "step" + std::to_string(s) + ".logits";
+      CHECK_MESSAGE(contains(r.output, step + std::string(20 - step.size(), ' ') + "PASS  cosine 0.99"), step);
+    }
+    CHECK(contains(r.output, "argmax              PASS  0 of 9 steps disagree (at most 1)"));
+    for (int l = 0; l < 3; ++l) {
+      const std::string layer = "step0.layer" + std::to_string(l) + ".topk";
+      CHECK_MESSAGE(contains(r.output, layer + std::string(20 - layer.size(), ' ') + "PASS  mean top-k set agreement 0.99"),
+                    layer);
+    }
+    CHECK(contains(r.output, "13 checks: 13 passed, 0 failed"));
+    CHECK_FALSE(contains(r.output, "FAIL"));
   }
-  CHECK(contains(r.output, "argmax              PASS  0 of 9 steps disagree (at most 1)"));
-  for (int l = 0; l < 3; ++l) {
-    const std::string layer = "step0.layer" + std::to_string(l) + ".topk";
-    CHECK_MESSAGE(contains(r.output, layer + std::string(20 - layer.size(), ' ') + "PASS  mean top-k set agreement 0.99"),
-                  layer);
-  }
-  CHECK(contains(r.output, "13 checks: 13 passed, 0 failed"));
-  CHECK_FALSE(contains(r.output, "FAIL"));
 }
 
 TEST_CASE("dsa_validate --model --dump writes the computed tensors under the expected names, and the dump validates") {

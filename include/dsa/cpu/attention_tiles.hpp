@@ -20,6 +20,7 @@
 
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
 
 // Keeps g++ from contracting a * b + c into an FMA in one function (its -ffp-contract=fast
 // default would otherwise fuse a product that the numerics round on their own; clang does not
@@ -68,6 +69,12 @@ struct vec {
   }
 };
 #endif
+
+// dst[c] = float(src[c]) for c < d: bf16 -> fp32 is a 16-bit shift of the pattern, written on the
+// integers so that it vectorises.
+DSA_FORCEINLINE void widen_bf16(const bf16* DSA_RESTRICT src, index_t d, float* DSA_RESTRICT dst) {
+  for (index_t c = 0; c < d; ++c) dst[c] = detail::bits_float(static_cast<std::uint32_t>(src[c].bits) << 16);
+}
 
 // st[j * hpad + h] = sum_i kt[j * kstride + i] · qt[i * hpad + h] for KEYS keys and HEADV * 16
 // heads, i ascending from +0.

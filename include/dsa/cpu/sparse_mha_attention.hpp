@@ -40,6 +40,8 @@ inline constexpr index_t sparse_mha_key_tile = 64;
 /// Heads per block: the unit in which a token's heads are split over threads.
 inline constexpr index_t sparse_mha_head_block = 16;
 
+// The op's arguments. The paths bind references to the members rather than a structured
+// binding: their lambdas capture them, which clang before 16 refuses for structured bindings.
 struct sparse_mha_args {
   tensor_view<const bf16, 3> q;
   tensor_view<const bf16, 3> k_nope;
@@ -51,16 +53,16 @@ struct sparse_mha_args {
   sparse_mha_config cfg;
 };
 
-// bf16 -> fp32 is a 16-bit shift of the pattern: written on the integers so it vectorises.
-DSA_FORCEINLINE void widen_bf16_row(const bf16* DSA_RESTRICT src, index_t d, float* DSA_RESTRICT dst) {
-  for (index_t c = 0; c < d; ++c) dst[c] = detail::bits_float(static_cast<std::uint32_t>(src[c].bits) << 16);
-}
-
 /// Query tokens per work item of the per-head path: one vector of lanes.
 inline constexpr index_t sparse_mha_token_block = tiles::lanes;
 
 inline void sparse_mha_per_head_keys(const cpu_backend& be, const sparse_mha_args& a) {
-  const auto& [q, k_nope, k_rope, v, indices, out, lse, cfg] = a;
+  const auto &q = a.q, &k_nope = a.k_nope, &v = a.v;
+  const auto& k_rope = a.k_rope;
+  const auto& indices = a.indices;
+  const auto& out = a.out;
+  const auto& lse = a.lse;
+  const auto& cfg = a.cfg;
   const index_t s = q.extent(0), h = q.extent(1), n = k_nope.extent(0);
   const index_t d_nope = k_nope.extent(2), d_rope = k_rope.extent(1), d_v = v.extent(2);
   const index_t d_qk = d_nope + d_rope;
@@ -118,10 +120,10 @@ inline void sparse_mha_per_head_keys(const cpu_backend& be, const sparse_mha_arg
         for (index_t j = 0; j < jn; ++j) {
           const index_t r = uni[static_cast<std::size_t>(u0 + j)];
           float* dst = kt.data() + j * kstride;
-          widen_bf16_row(&k_nope(r, hh, 0), d_nope, dst);
-          if (d_rope > 0) widen_bf16_row(k_rope.row(r), d_rope, dst + d_nope);
+          tiles::widen_bf16(&k_nope(r, hh, 0), d_nope, dst);
+          if (d_rope > 0) tiles::widen_bf16(k_rope.row(r), d_rope, dst + d_nope);
           float* vd = vt.data() + (u0 + j) * dvpad;
-          widen_bf16_row(&v(r, hh, 0), d_v, vd);
+          tiles::widen_bf16(&v(r, hh, 0), d_v, vd);
           std::fill(vd + d_v, vd + dvpad, 0.0f);
         }
         if (split) {
@@ -172,7 +174,12 @@ inline void sparse_mha_per_head_keys(const cpu_backend& be, const sparse_mha_arg
 }
 
 inline void sparse_mha_shared_keys(const cpu_backend& be, const sparse_mha_args& a) {
-  const auto& [q, k_nope, k_rope, v, indices, out, lse, cfg] = a;
+  const auto &q = a.q, &k_nope = a.k_nope, &v = a.v;
+  const auto& k_rope = a.k_rope;
+  const auto& indices = a.indices;
+  const auto& out = a.out;
+  const auto& lse = a.lse;
+  const auto& cfg = a.cfg;
   const index_t s = q.extent(0), h = q.extent(1), n = k_nope.extent(0);
   const index_t d_nope = k_nope.extent(2), d_rope = k_rope.extent(1), d_v = v.extent(2);
   const index_t d_qk = d_nope + d_rope;
@@ -213,8 +220,8 @@ inline void sparse_mha_shared_keys(const cpu_backend& be, const sparse_mha_args&
       for (index_t j = 0; j < jn; ++j) {
         const index_t r = used[static_cast<std::size_t>(j0 + j)];
         float* dst = kt.data() + j * kstride;
-        widen_bf16_row(&k_nope(r, 0, 0), d_nope, dst);
-        if (d_rope > 0) widen_bf16_row(k_rope.row(r), d_rope, dst + d_nope);
+        tiles::widen_bf16(&k_nope(r, 0, 0), d_nope, dst);
+        if (d_rope > 0) tiles::widen_bf16(k_rope.row(r), d_rope, dst + d_nope);
       }
     };
 
@@ -289,7 +296,7 @@ inline void sparse_mha_shared_keys(const cpu_backend& be, const sparse_mha_args&
         if (v_is_key) {
           decode_keys(j0, jn);
         } else {
-          for (index_t j = 0; j < jn; ++j) widen_bf16_row(&v(used[static_cast<std::size_t>(j0 + j)], 0, 0), d_v, vt.data() + j * dvpad);
+          for (index_t j = 0; j < jn; ++j) tiles::widen_bf16(&v(used[static_cast<std::size_t>(j0 + j)], 0, 0), d_v, vt.data() + j * dvpad);
           vrows = vt.data();
         }
         tiles::tile_pv_sequential(pm.data(), tile, vrows, vstride, jn, acc.data(), dvpad, hn, dvpad);

@@ -49,12 +49,7 @@ inline constexpr index_t sparse_mla_probs_scratch = index_t{1} << 24;
 struct sparse_mla_bf16_rows {
   tensor_view<const bf16, 2> kv;
   index_t rows() const { return kv.extent(0); }
-  void decode(index_t j, float* DSA_RESTRICT dst) const {
-    const bf16* src = kv.row(j);
-    const index_t d = kv.extent(1);
-    // bf16 -> fp32 is a 16-bit shift of the pattern: written on the integers so it vectorises.
-    for (index_t c = 0; c < d; ++c) dst[c] = detail::bits_float(static_cast<std::uint32_t>(src[c].bits) << 16);
-  }
+  void decode(index_t j, float* DSA_RESTRICT dst) const { tiles::widen_bf16(kv.row(j), kv.extent(1), dst); }
 };
 
 // Decodes FP8 cache rows into fp32, bit-identical to sparse_mla_fp8_row_to_f32 (tested): the
