@@ -184,16 +184,24 @@ if has_step sanitize; then
           ${entry#*|} > "$log" 2>&1
         rc=$?
         # compute-sanitizer reports each hazard as a "========= <kind>" block; its banner and
-        # summary lines are not hazards.
-        hazards="$(grep -E '^========= [A-Z]' "$log" | grep -cvE 'COMPUTE-SANITIZER|ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY|Program hit|Saved host backtrace|Host Frame|Target application returned')"
+        # summary lines are not hazards. Those inside cuBLAS's own kernels (nvjet, xmma, cutlass,
+        # splitKreduce) are counted apart: racecheck reports the sm_90 GEMMs' asynchronous
+        # (TMA / mbarrier) shared-memory traffic as races, and they are not dsa's code to fix
+        # (docs/cuda.md, "Second GPU run"). Excluding those kernels from instrumentation
+        # (--kernel-name-exclude) is no way out: the sanitizer then fails inside them.
+        lines="$(grep -E '^========= [A-Z]' "$log" | grep -vE 'COMPUTE-SANITIZER|ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY|Program hit|Saved host backtrace|Host Frame|Target application returned')"
+        in_cublas="$(grep -cE 'nvjet_|xmma|cutlass|splitKreduce' <<< "$lines")"
+        hazards=$(( $(grep -c . <<< "$lines") - in_cublas ))
+        aside=""
+        ((in_cublas > 0)) && aside=", $in_cublas more inside cuBLAS's kernels (not counted)"
         if ((rc == 124)); then
           if ((hazards == 0)); then
-            note "step $name: TIMEOUT after ${san_timeout} s, no hazard reported before it logs/$name.log"
+            note "step $name: TIMEOUT after ${san_timeout} s, no hazard reported before it$aside logs/$name.log"
           else
-            note "step $name: FAILED ($hazards hazard lines before the ${san_timeout} s timeout) logs/$name.log"; failed=1
+            note "step $name: FAILED ($hazards hazard lines before the ${san_timeout} s timeout$aside) logs/$name.log"; failed=1
           fi
-        elif ((rc == 0)); then
-          note "step $name: ok ($((SECONDS - start)) s) logs/$name.log"
+        elif ((rc == 0)) || { ((rc == 99)) && ((hazards == 0)) && ((in_cublas > 0)); }; then
+          note "step $name: ok ($((SECONDS - start)) s$aside) logs/$name.log"
         else
           note "step $name: FAILED (exit $rc, $hazards hazard lines, $((SECONDS - start)) s) logs/$name.log"; failed=1
           grep -m 12 -E '^=========' "$log" | sed 's/^/    /' >> "$report"

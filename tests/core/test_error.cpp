@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <limits>
+#include <locale>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -32,6 +34,30 @@ TEST_CASE("error_message formats op, argument, value and expectation") {
   CHECK(dsa::error_message("op", "scale", 0.5f, "> 1") == "dsa::op: scale = 0.5; expected > 1");
   CHECK(dsa::error_message("op", "dtype", std::string("BF16"), "F32") == "dsa::op: dtype = BF16; expected F32");
   CHECK(dsa::error_message("op", "ptr", "null", "a non-null pointer") == "dsa::op: ptr = null; expected a non-null pointer");
+}
+
+namespace {
+/// A locale that groups digits in threes with '.' and writes ',' as the decimal point (German).
+struct grouping_punct : std::numpunct<char> {
+  char do_thousands_sep() const override { return '.'; }
+  char do_decimal_point() const override { return ','; }
+  std::string do_grouping() const override { return "\3"; }
+};
+}  // namespace
+
+TEST_CASE("error messages do not depend on the global C++ locale") {
+  const std::locale previous = std::locale::global(std::locale(std::locale::classic(), new grouping_punct));
+  CHECK(dsa::error_message("op", "n", std::int64_t{1234567}, "< 1000") == "dsa::op: n = 1234567; expected < 1000");
+  CHECK(dsa::error_message("op", "n", std::size_t{4096}, "< 1000") == "dsa::op: n = 4096; expected < 1000");
+  CHECK(dsa::error_message("op", "eps", 1.5e-6, "> 0.1") == "dsa::op: eps = 1.5e-06; expected > 0.1");
+  CHECK(dsa::error_message("op", "x", 2.5f, "< 1") == "dsa::op: x = 2.5; expected < 1");
+  std::locale::global(previous);
+  // Floats as printf's %g (six significant digits), infinities and NaN spelled out.
+  CHECK(dsa::error_message("op", "x", 1.0f / 3.0f, "") == "dsa::op: x = 0.333333; expected ");
+  CHECK(dsa::error_message("op", "x", 123456789.0, "") == "dsa::op: x = 1.23457e+08; expected ");
+  CHECK(dsa::error_message("op", "x", -std::numeric_limits<float>::infinity(), "") == "dsa::op: x = -inf; expected ");
+  CHECK(dsa::error_message("op", "x", std::numeric_limits<double>::quiet_NaN(), "") == "dsa::op: x = nan; expected ");
+  CHECK(dsa::error_message("op", "x", std::string_view("sv"), "") == "dsa::op: x = sv; expected ");
 }
 
 TEST_CASE("fail throws, check throws only when the condition is false") {

@@ -269,7 +269,7 @@ def test_cache_rows(torch, rng):
 def test_topk_and_gather(torch, rng):
     scores = f32(rng.standard_normal((4, 1000)))
     assert_identical(*both(dsa.topk_indices, scores, 64))
-    assert_identical(*both(dsa.topk_indices, scores, 64, dsa.causal_ranges(4, 1000)))
+    assert_identical(*both(dsa.topk_indices, scores, 64, i32(dsa.causal_ranges(4, 1000))))
     table = i32(np.stack([rng.permutation(16) for _ in range(4)]))
     assert_identical(*both(dsa.topk_indices_paged, scores, 64, table, 64))
     idx = i32(rng.integers(-1, 100, (4, 8)))
@@ -292,7 +292,7 @@ def test_lightning_indexer(torch, rng):
     # paged: the keys in 132-byte rows behind a block table
     cache = dsa.indexer_cache_pack(k, ks)
     table = i32(np.arange(300 // 50).reshape(1, -1).repeat(m, 0))
-    ranges = dsa.causal_ranges(m, n)
+    ranges = i32(dsa.causal_ranges(m, n))  # every array of one call on the tensors' device
     assert_identical(*both(dsa.lightning_indexer_scores_paged, q, w, cache, table, 50, ranges))
     proj, qs = f32(rng.standard_normal((m, h))), f32(rng.random((m, h)))
     assert_identical(*both(dsa.lightning_indexer_weights, proj, qs, h ** -0.5, d ** -0.5))
@@ -317,7 +317,9 @@ def test_sparse_mla_attention(torch, rng):
             torch.testing.assert_close(gp, rp, atol=2e-5, rtol=0)
             assert torch.all(go[2] == 0) and torch.all(gl[2] == float("inf"))
         (ro, rl), (go, gl) = both(lambda *a: dsa.sparse_mla_attention(*a, scale, out_dtype="bfloat16"), q, rows, idx)
-        assert_bf16_ulps(ro, go, 2)
+        # docs/cuda.md: the fp32 bound plus one bf16 rounding on each side (2^-9 |out| each); a
+        # small output may differ by several bf16 ulps (seen on an H200: 4).
+        torch.testing.assert_close(go.float(), ro.float(), atol=4e-3, rtol=2 ** -8)
 
 
 def test_sparse_mha_attention(torch, rng):

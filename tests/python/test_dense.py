@@ -1,5 +1,7 @@
 """MoE routing and combine and the dense building blocks against NumPy references."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -127,10 +129,17 @@ def test_layer_norm(rng):
 
 
 def rope_ref(x, pos, layout, base=10000.0):
+    """docs/numerics (dsa/numerics/rope.hpp): f_j = fl32(1 / fl32(base^fl32(2j / d))), angle =
+    fl32(fl32(pos) * f_j), cos and sin in double rounded to fp32, the rotation in double. Scalar
+    Python math (glibc's pow, cos and sin) rather than NumPy's vectorised ones, whose float64
+    results may differ in the last bits between builds and flip an fp32 rounding (an angle of 4000
+    moves by 2^-12 then, many bf16 ulps of a small output)."""
     t, h, d = x.shape
-    f = base ** (-np.arange(0, d, 2) / d)
-    ang = (pos[:, None].astype(np.float64) * f[None, :]).astype(np.float32).astype(np.float64)
-    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    f32 = np.float32
+    f = [f32(1) / f32(math.pow(base, float(f32(2 * j) / f32(d)))) for j in range(d // 2)]
+    ang = [[float(f32(p) * fj) for fj in f] for p in pos.tolist()]
+    c = np.array([[float(f32(math.cos(a))) for a in row] for row in ang])[:, None, :]
+    s = np.array([[float(f32(math.sin(a))) for a in row] for row in ang])[:, None, :]
     y = x.astype(np.float64).copy()
     if layout == "interleaved":
         a, b = x[..., 0::2], x[..., 1::2]

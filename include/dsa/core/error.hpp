@@ -4,10 +4,12 @@
 //   "dsa::<op>: <argument> = <value>; expected <what was expected>"
 #pragma once
 
+#include <charconv>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "dsa/core/config.hpp"
@@ -49,17 +51,35 @@ class error : public std::runtime_error {
 
 namespace detail {
 
+/// `v` as message text, independent of any C++ locale: numbers through std::to_chars (floats as
+/// printf's %g, as an ostream would in the classic locale), strings as they are. A stream would
+/// take the process's global locale (digit grouping, another decimal point), and an extension
+/// module carrying its own static libstdc++ (a wheel built by a toolchain that links it so) crashes
+/// formatting through a stream once the process's libstdc++ owns the locale objects.
 template <class V>
 std::string format_value(const V& v) {
-  std::ostringstream os;
   if constexpr (std::is_same_v<V, bool>) {
-    os << (v ? "true" : "false");
-  } else if constexpr (std::is_integral_v<V> && sizeof(V) == 1) {
-    os << static_cast<int>(v);
+    return v ? "true" : "false";
+  } else if constexpr (std::is_enum_v<V>) {
+    return format_value(static_cast<std::underlying_type_t<V>>(v));
+  } else if constexpr (std::is_integral_v<V>) {
+    char buf[24];
+    // One-byte integers are numbers here, not characters.
+    const auto r = sizeof(V) == 1 ? std::to_chars(buf, buf + sizeof buf, static_cast<int>(v))
+                                  : std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+  } else if constexpr (std::is_floating_point_v<V>) {
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 6);
+    return std::string(buf, r.ptr);
+  } else if constexpr (std::is_convertible_v<const V&, std::string_view>) {
+    return std::string(std::string_view(v));
   } else {
+    std::ostringstream os;
+    os.imbue(std::locale::classic());
     os << v;
+    return os.str();
   }
-  return os.str();
 }
 
 }  // namespace detail

@@ -21,7 +21,6 @@
 #include <limits>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -740,29 +739,30 @@ inline nlohmann::json config::to_json() const {
 }
 
 inline std::string config::to_string() const {
-  std::ostringstream os;
-  os << model_type << ": " << num_hidden_layers << " layers (" << first_k_dense_replace << " dense) hidden "
-     << hidden_size << " vocab " << vocab_size << " | MLA " << num_attention_heads << " heads q_lora " << q_lora_rank
-     << " kv_lora " << kv_lora_rank << " qk " << qk_nope_head_dim << "+" << qk_rope_head_dim << " v " << v_head_dim
-     << " softmax_scale " << config_detail::short_float(softmax_scale()) << " | MoE " << n_routed_experts << "x"
-     << moe_intermediate_size << " top-" << num_experts_per_tok << " in " << n_group << " groups (top-" << topk_group
-     << ") + " << n_shared_experts << " shared, scale " << config_detail::short_float(routed_scaling_factor)
-     << ", dense FFN " << intermediate_size << " | indexer " << index_n_heads << "x" << index_head_dim << " top-"
-     << index_topk << " | RoPE theta " << config_detail::short_float(rope_theta);
+  // Appended piece by piece, not streamed: no locale reaches the text (dsa/core/error.hpp).
+  std::string s;
+  auto add = [&s](const auto&... parts) { ((s += detail::format_value(parts)), ...); };
+  const auto f = config_detail::short_float;
+  add(model_type, ": ", num_hidden_layers, " layers (", first_k_dense_replace, " dense) hidden ", hidden_size,
+      " vocab ", vocab_size, " | MLA ", num_attention_heads, " heads q_lora ", q_lora_rank, " kv_lora ", kv_lora_rank,
+      " qk ", qk_nope_head_dim, "+", qk_rope_head_dim, " v ", v_head_dim, " softmax_scale ", f(softmax_scale()),
+      " | MoE ", n_routed_experts, "x", moe_intermediate_size, " top-", num_experts_per_tok, " in ", n_group,
+      " groups (top-", topk_group, ") + ", n_shared_experts, " shared, scale ", f(routed_scaling_factor),
+      ", dense FFN ", intermediate_size, " | indexer ", index_n_heads, "x", index_head_dim, " top-", index_topk,
+      " | RoPE theta ", f(rope_theta));
   if (yarn_enabled()) {
-    os << " YaRN x" << config_detail::short_float(rope_scaling->factor) << " "
-       << rope_scaling->original_max_position_embeddings << " -> " << max_position_embeddings;
+    add(" YaRN x", f(rope_scaling->factor), " ", rope_scaling->original_max_position_embeddings, " -> ",
+        max_position_embeddings);
   } else {
-    os << ", max positions " << max_position_embeddings;
+    add(", max positions ", max_position_embeddings);
   }
   if (quantization_config) {
-    os << " | " << quantization_config->quant_method << " " << quantization_config->fmt << " "
-       << quantization_config->block_n << "x" << quantization_config->block_k << " blocks, "
-       << (ue8m0_scales() ? "ue8m0" : "fp32") << " scales";
+    add(" | ", quantization_config->quant_method, " ", quantization_config->fmt, " ", quantization_config->block_n,
+        "x", quantization_config->block_k, " blocks, ", ue8m0_scales() ? "ue8m0" : "fp32", " scales");
   } else {
-    os << " | " << torch_dtype << " weights";
+    add(" | ", torch_dtype, " weights");
   }
-  return os.str();
+  return s;
 }
 
 }  // namespace model
