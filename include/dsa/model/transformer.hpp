@@ -124,67 +124,10 @@ class transformer {
   void reset_phase_times() { times_ = {}; }
 
  private:
+  // Defined below the class, not in it: an in-class definition is inline, and inline members are
+  // compiled in every translation unit even under `extern template` (DSA_EXTERN_CPU_TRANSFORMER).
   std::vector<float> forward_chunk(sequence& seq, std::span<const std::int32_t> ids, const forward_options& opt,
-                                   index_t total_end, bool want_logits) {
-    const auto& c = config();
-    const index_t t = static_cast<index_t>(ids.size()), d = c.hidden_size, start = seq.length();
-    const layer_context<Backend> ctx{be_, c, settings_.act_format, settings_.rope, &times_};
-    const std::vector<std::int32_t> positions = forward_detail::chunk_positions(start, t);
-    const auto pos = make_view(static_cast<const std::int32_t*>(positions.data()), {t});
-
-    // h: the block output (FFN output), residual: the bf16 residual stream, x: normed input.
-    std::vector<bf16> h(static_cast<std::size_t>(t * d)), residual(h.size()), x(h.size()), a(h.size());
-    const auto hv = make_view(h.data(), {t, d});
-    const auto rv = make_view(residual.data(), {t, d});
-    const auto xv = make_view(x.data(), {t, d});
-    const auto av = make_view(a.data(), {t, d});
-    {
-      phase_scope timing(&times_, phase::other);
-      gather_rows(be_, w_.embed_tokens, make_view(ids.data(), {index_t{1}, t}), make_view(h.data(), {index_t{1}, t, d}));
-    }
-    // The first layer's residual is the embedding itself: adding it to a zero residual is exact.
-    // The selection is min(index_topk, start + t) wide: no token here has more causal positions.
-    const index_t k_sel = forward_detail::selection_width(c.index_topk, start + t);
-    std::vector<std::int32_t> topk(static_cast<std::size_t>(t * k_sel));
-    const auto topk_v = make_view(topk.data(), {t, k_sel});
-    std::vector<std::int32_t> routed;  // the observer's layer_trace::experts
-    for (index_t l = 0; l < num_layers(); ++l) {
-      const layer_weights& lw = w_.layers[static_cast<std::size_t>(l)];
-      {
-        phase_scope timing(&times_, phase::other);
-        add_rms_norm(be_, hv, rv, lw.input_layernorm, xv, c.rms_norm_eps);
-      }
-      mla_forward(ctx, lw.attn, *decode_[static_cast<std::size_t>(l)], host_view<const bf16, 2>(xv), pos, start,
-                  seq.layer(l), topk_v, av);
-      {
-        phase_scope timing(&times_, phase::other);
-        add_rms_norm(be_, av, rv, lw.post_attention_layernorm, xv, c.rms_norm_eps);
-      }
-      {
-        phase_scope timing(&times_, phase::moe);
-        if (lw.moe) {
-          moe_forward(ctx, *lw.moe, host_view<const bf16, 2>(xv), hv, opt.observer ? &routed : nullptr);
-        } else {
-          mlp_forward(ctx, *lw.mlp, host_view<const bf16, 2>(xv), hv);
-        }
-      }
-      if (opt.observer) {
-        opt.observer(layer_trace{l, start, topk_v, hv, rv,
-                                 forward_detail::routed_experts(routed, lw.moe.has_value(), t, c.num_experts_per_tok)});
-      }
-      if (opt.progress) opt.progress(forward_progress{start, start + t, total_end, l, num_layers()});
-    }
-    seq.advance(t);
-    if (!want_logits) return {};
-    phase_scope timing(&times_, phase::other);
-    // Final norm of the last token only (rows are independent), lm_head in fp32.
-    const auto h_last = block(hv, t - 1, 0, 1, d);
-    const auto r_last = block(rv, t - 1, 0, 1, d);
-    add_rms_norm(be_, h_last, r_last, w_.norm, block(xv, 0, 0, 1, d), c.rms_norm_eps);
-    std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
-    linear(be_, block(xv, 0, 0, 1, d), w_.lm_head, make_view(logits.data(), {index_t{1}, c.vocab_size}));
-    return logits;
-  }
+                                   index_t total_end, bool want_logits);
 
   ::dsa::model::weights w_;
   Backend be_;
@@ -193,6 +136,77 @@ class transformer {
   ::dsa::model::phase_times times_;
   std::uint64_t id_ = 0;  // identifies the sequences this transformer made (survives moves)
 };
+
+template <class Backend>
+std::vector<float> transformer<Backend>::forward_chunk(sequence& seq, std::span<const std::int32_t> ids,
+                                                    const forward_options& opt, index_t total_end, bool want_logits) {
+  const auto& c = config();
+  const index_t t = static_cast<index_t>(ids.size()), d = c.hidden_size, start = seq.length();
+  const layer_context<Backend> ctx{be_, c, settings_.act_format, settings_.rope, &times_};
+  const std::vector<std::int32_t> positions = forward_detail::chunk_positions(start, t);
+  const auto pos = make_view(static_cast<const std::int32_t*>(positions.data()), {t});
+
+  // h: the block output (FFN output), residual: the bf16 residual stream, x: normed input.
+  std::vector<bf16> h(static_cast<std::size_t>(t * d)), residual(h.size()), x(h.size()), a(h.size());
+  const auto hv = make_view(h.data(), {t, d});
+  const auto rv = make_view(residual.data(), {t, d});
+  const auto xv = make_view(x.data(), {t, d});
+  const auto av = make_view(a.data(), {t, d});
+  {
+    phase_scope timing(&times_, phase::other);
+    gather_rows(be_, w_.embed_tokens, make_view(ids.data(), {index_t{1}, t}), make_view(h.data(), {index_t{1}, t, d}));
+  }
+  // The first layer's residual is the embedding itself: adding it to a zero residual is exact.
+  // The selection is min(index_topk, start + t) wide: no token here has more causal positions.
+  const index_t k_sel = forward_detail::selection_width(c.index_topk, start + t);
+  std::vector<std::int32_t> topk(static_cast<std::size_t>(t * k_sel));
+  const auto topk_v = make_view(topk.data(), {t, k_sel});
+  std::vector<std::int32_t> routed;  // the observer's layer_trace::experts
+  for (index_t l = 0; l < num_layers(); ++l) {
+    const layer_weights& lw = w_.layers[static_cast<std::size_t>(l)];
+    {
+      phase_scope timing(&times_, phase::other);
+      add_rms_norm(be_, hv, rv, lw.input_layernorm, xv, c.rms_norm_eps);
+    }
+    mla_forward(ctx, lw.attn, *decode_[static_cast<std::size_t>(l)], host_view<const bf16, 2>(xv), pos, start,
+                seq.layer(l), topk_v, av);
+    {
+      phase_scope timing(&times_, phase::other);
+      add_rms_norm(be_, av, rv, lw.post_attention_layernorm, xv, c.rms_norm_eps);
+    }
+    {
+      phase_scope timing(&times_, phase::moe);
+      if (lw.moe) {
+        moe_forward(ctx, *lw.moe, host_view<const bf16, 2>(xv), hv, opt.observer ? &routed : nullptr);
+      } else {
+        mlp_forward(ctx, *lw.mlp, host_view<const bf16, 2>(xv), hv);
+      }
+    }
+    if (opt.observer) {
+      opt.observer(layer_trace{l, start, topk_v, hv, rv,
+                               forward_detail::routed_experts(routed, lw.moe.has_value(), t, c.num_experts_per_tok)});
+    }
+    if (opt.progress) opt.progress(forward_progress{start, start + t, total_end, l, num_layers()});
+  }
+  seq.advance(t);
+  if (!want_logits) return {};
+  phase_scope timing(&times_, phase::other);
+  // Final norm of the last token only (rows are independent), lm_head in fp32.
+  const auto h_last = block(hv, t - 1, 0, 1, d);
+  const auto r_last = block(rv, t - 1, 0, 1, d);
+  add_rms_norm(be_, h_last, r_last, w_.norm, block(xv, 0, 0, 1, d), c.rms_norm_eps);
+  std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
+  linear(be_, block(xv, 0, 0, 1, d), w_.lm_head, make_view(logits.data(), {index_t{1}, c.vocab_size}));
+  return logits;
+}
+
+// DSA_EXTERN_CPU_TRANSFORMER: a program of many translation units compiles the CPU forward pass
+// once instead of in each of them. Define it everywhere in the program, and in one translation
+// unit write `template class dsa::model::transformer<dsa::cpu_backend>;` after this header, with
+// the same compiler flags (dsa's own tests and tools do: src/cpu_transformer_instance.cpp).
+#ifdef DSA_EXTERN_CPU_TRANSFORMER
+extern template class transformer<cpu_backend>;
+#endif
 
 }  // namespace model
 DSA_NAMESPACE_END
