@@ -203,7 +203,7 @@ std::vector<float> transformer<Backend>::forward_chunk(sequence& seq, std::span<
 // DSA_EXTERN_CPU_TRANSFORMER: a program of many translation units compiles the CPU forward pass
 // once instead of in each of them. Define it everywhere in the program, and in one translation
 // unit write `template class dsa::model::transformer<dsa::cpu_backend>;` after this header, with
-// the same compiler flags (dsa's own tests and tools do: src/cpu_transformer_instance.cpp).
+// the same compiler flags (dsa's own tests and tools do: instances/cpu_transformer.cpp).
 #ifdef DSA_EXTERN_CPU_TRANSFORMER
 extern template class transformer<cpu_backend>;
 #endif
