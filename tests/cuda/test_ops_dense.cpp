@@ -632,6 +632,17 @@ TEST_CASE("cuda fp8_linear: bit-identical to the CPU") {
   }
 }
 
+// Row tiles are blockIdx.y, which the launchers clamp to 65535 and the kernels loop over: these
+// shapes have more tiles than that (fp8_linear's 32-row tile; the SIMT linear's 64-row tile).
+TEST_CASE("cuda linear and fp8_linear: more than 65535 row tiles (grid y clamped, tiles looped)") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  const index_t fp8_rows = 65535 * 32 + 40;  // 2,097,160 rows of 128
+  check_fp8_linear<bf16, bf16>(fp8_rows, 128, 1, 128, 128, dsa::scale_format::ue8m0, false, 900);
+  dsa::cublas_handle blas;
+  const index_t simt_rows = 65535 * 64 + 3;  // 4,194,243 rows of 4; mixed types: the SIMT kernel
+  check_linear<bf16, float, float>(blas, simt_rows, 4, 3, 4, 4, 3, 901);
+}
+
 TEST_CASE("cuda sparse_mha_attention: the CPU's bits but for rare transcendental roundings") {
   DSA_TEST_REQUIRE_CUDA_DEVICE();
   using dsa::attention_rounding;
