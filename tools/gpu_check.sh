@@ -17,7 +17,12 @@
 #   --sanitize-timeout S   per (tool, run) limit in seconds (default 240); a timeout is reported
 #   --sanitize-tools LIST  subset of memcheck,racecheck,synccheck,initcheck (default: all four)
 #   --sanitize-only RE     only the runs whose name matches RE (validate_primitives,
-#                      validate_tiny_model, and the test names: ops_topk, model_transformer, ...)
+#                      validate_tiny_model, the test names: ops_topk, model_transformer, ..., or
+#                      a test case: 'ops_dense#.*65535')
+#   --sanitize-jobs N  sanitizer runs at once, sharing the one GPU (default: --jobs)
+#   --sanitize-per-exe one sanitizer run per test executable instead of one per test case
+#   --sanitize-deadline S  start no run after S seconds of the step (runs are listed NOT RUN):
+#                      bounds the step by S + --sanitize-timeout on a loan of fixed length
 #   --test-timeout S   per ctest entry limit in seconds (default 600)
 #   --configure-only   stage check + configure, then stop (what CI runs: no GPU needed)
 #   --hide-system-prefixes  configure with /usr and /usr/local ignored by every find_package
@@ -29,11 +34,11 @@
 # passed, 1 when one failed, 2 on a usage error, 3 when no GPU is present (after configure).
 set -uo pipefail
 
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 deps="" build="$root/build/gpu-check" arch="" jobs="$(nproc 2>/dev/null || echo 2)"
-steps="build,test,validate,bench" sanitize=0 san_timeout=240 san_tools="memcheck,racecheck,synccheck,initcheck" san_only="" test_timeout=600 configure_only=0 hide_system=0 out=""
+steps="build,test,validate,bench" sanitize=0 san_timeout=240 san_tools="memcheck,racecheck,synccheck,initcheck" san_only="" san_jobs="" san_per_exe=0 san_deadline=0 test_timeout=600 configure_only=0 hide_system=0 out=""
 while (($#)); do
   case "$1" in
     --deps) deps="$2"; shift 2 ;;
@@ -45,6 +50,9 @@ while (($#)); do
     --sanitize-timeout) san_timeout="$2"; shift 2 ;;
     --sanitize-tools) san_tools="$2"; shift 2 ;;
     --sanitize-only) san_only="$2"; shift 2 ;;
+    --sanitize-jobs) san_jobs="$2"; shift 2 ;;
+    --sanitize-per-exe) san_per_exe=1; shift ;;
+    --sanitize-deadline) san_deadline="$2"; shift 2 ;;
     --test-timeout) test_timeout="$2"; shift 2 ;;
     --configure-only) configure_only=1; shift ;;
     --hide-system-prefixes) hide_system=1; shift ;;
@@ -54,6 +62,9 @@ while (($#)); do
   esac
 done
 [ -n "$out" ] || usage
+[ -n "$san_jobs" ] || san_jobs="$jobs"
+[[ "$san_deadline" =~ ^[0-9]+$ ]] || { echo "gpu_check: --sanitize-deadline wants seconds, got '$san_deadline'" >&2; exit 2; }
+[[ "$san_jobs" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check: --sanitize-jobs wants a positive count, got '$san_jobs'" >&2; exit 2; }
 ((sanitize)) && steps="$steps,sanitize"
 mkdir -p "$out/logs" "$out/bench" || exit 2
 out="$(cd "$out" && pwd)"
@@ -107,7 +118,7 @@ else
 fi
 
 configure=(cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
-  -DDSA_ENABLE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$arch" -DDSA_BUILD_BENCH=$bench
+  -DDSA_ENABLE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$arch" "-DDSA_BUILD_BENCH=$bench"
   -DDSA_BUILD_EXAMPLES=OFF -DDSA_TEST_AVX512=OFF -DDSA_INSTALL=OFF -DDSA_WERROR=OFF)
 [ -z "$deps" ] || configure+=("-DCMAKE_PREFIX_PATH=$deps")
 ((hide_system)) && configure+=("-DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local")
@@ -159,55 +170,119 @@ if has_step sanitize; then
   if ! command -v compute-sanitizer >/dev/null 2>&1; then
     note "step sanitize: FAILED (compute-sanitizer not on PATH)"; failed=1
   else
-    # The golden replays first: every kernel on small shapes, quickly even under the sanitizer;
-    # then each CUDA test executable (the edge shapes), each bounded by --sanitize-timeout.
-    runs=("validate_primitives|$build/tools/dsa_validate $root/tests/data/primitives.safetensors --backend cuda"
-          "validate_tiny_model|$build/tools/dsa_validate --model $root/tests/data/tiny-dsv32 --backend cuda")
+    # The runs: the golden replays (every kernel on small shapes, quick even under the sanitizer),
+    # then every CUDA test executable, one run per doctest test case (--sanitize-per-exe: one
+    # per executable). Per-case runs spread the slow executables over the pool and name the case
+    # a hazard or a timeout belongs to. Cases named "(no GPU needed)" make no CUDA call (front-end
+    # checks only), which the sanitizer reports as an error of its own; ops_frontend holds only
+    # such checks.
+    # Hopper's GEMMs (cuBLAS's nvjet kernels) store through the tensor memory accelerator, whose
+    # bulk copies initcheck and memcheck do not follow unless told to: without the option,
+    # initcheck reports every read of a GEMM's output as uninitialized (docs/cuda.md, "Third GPU
+    # run"). Older sanitizers lack the option; its absence is noted in the report.
+    san_common=()
+    if compute-sanitizer --help 2>/dev/null | grep -q -- '--check-bulk-copy'; then
+      san_common+=(--check-bulk-copy yes)
+    else
+      note "sanitize: this compute-sanitizer has no --check-bulk-copy; initcheck will flag reads of cuBLAS outputs"
+    fi
+    run_label=() run_cmd=()
+    add_run() { run_label+=("$1"); local q; printf -v q '%q ' "${@:2}"; run_cmd+=("$q"); }
+    add_run validate_primitives "$build/tools/dsa_validate" "$root/tests/data/primitives.safetensors" --backend cuda
+    add_run validate_tiny_model "$build/tools/dsa_validate" --model "$root/tests/data/tiny-dsv32" --backend cuda
     for exe in "$build"/tests/cuda/dsa_test_cuda_*; do
+      [ -x "$exe" ] || continue
       name="$(basename "$exe" | sed 's/^dsa_test_cuda_//')"
-      # ops_frontend makes no CUDA call at all (front-end checks only), which the sanitizer
-      # reports as an error of its own.
-      [ -x "$exe" ] && [ "$name" != ops_frontend ] && runs+=("$name|$exe")
+      [ "$name" != ops_frontend ] || continue
+      if ((san_per_exe)); then add_run "$name" "$exe"; continue; fi
+      k=0
+      # doctest lists one name per line between two rules of '='; in its --test-case filter a
+      # comma separates patterns and a backslash escapes, so both are escaped.
+      while IFS= read -r tc; do
+        k=$((k + 1))
+        [[ "$tc" == *"(no GPU needed)"* ]] && continue
+        filter="${tc//\\/\\\\}"; filter="${filter//,/\\,}"
+        add_run "$name#$(printf %02d "$k") $tc" "$exe" "--test-case=$filter"
+      done < <("$exe" --list-test-cases 2>/dev/null | sed -n '/^=\{10,\}$/,/^=\{10,\}$/p' | grep -v '^=\{10,\}$')
     done
-    IFS=, read -r -a tools <<< "$san_tools"
-    for tool in "${tools[@]}"; do
-      for entry in "${runs[@]}"; do
-        [[ "${entry%%|*}" =~ $san_only ]] || continue
-        name="sanitize_${tool}_${entry%%|*}"
-        extra=()
-        [ "$tool" = memcheck ] && extra=(--leak-check full)
-        # The memory test exhausts device memory on purpose: its failing cudaMalloc is not a finding.
-        [ "${entry%%|*}" = memory ] && extra+=(--report-api-errors no)
-        log="$out/logs/$name.log" start=$SECONDS
-        # shellcheck disable=SC2086  # the command is a word list on purpose
-        timeout "$san_timeout" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
-          ${entry#*|} > "$log" 2>&1
-        rc=$?
-        # compute-sanitizer reports each hazard as a "========= <kind>" block; its banner and
-        # summary lines are not hazards. Those inside cuBLAS's own kernels (nvjet, xmma, cutlass,
-        # splitKreduce) are counted apart: racecheck reports the sm_90 GEMMs' asynchronous
-        # (TMA / mbarrier) shared-memory traffic as races, and they are not dsa's code to fix
-        # (docs/cuda.md, "Second GPU run"). Excluding those kernels from instrumentation
-        # (--kernel-name-exclude) is no way out: the sanitizer then fails inside them.
-        lines="$(grep -E '^========= [A-Z]' "$log" | grep -vE 'COMPUTE-SANITIZER|ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY|Program hit|Saved host backtrace|Host Frame|Target application returned')"
-        in_cublas="$(grep -cE 'nvjet_|xmma|cutlass|splitKreduce' <<< "$lines")"
-        hazards=$(( $(grep -c . <<< "$lines") - in_cublas ))
-        aside=""
-        ((in_cublas > 0)) && aside=", $in_cublas more inside cuBLAS's kernels (not counted)"
-        if ((rc == 124)); then
-          if ((hazards == 0)); then
-            note "step $name: TIMEOUT after ${san_timeout} s, no hazard reported before it$aside logs/$name.log"
-          else
-            note "step $name: FAILED ($hazards hazard lines before the ${san_timeout} s timeout$aside) logs/$name.log"; failed=1
-          fi
-        elif ((rc == 0)) || { ((rc == 99)) && ((hazards == 0)) && ((in_cublas > 0)); }; then
-          note "step $name: ok ($((SECONDS - start)) s$aside) logs/$name.log"
+
+    # san_run TOOL I: one sanitizer run, its log in logs/, its report line in logs/.result.*
+    # (printed in a fixed order once the pool drains).
+    san_run() {
+      local tool="$1" i="$2" label="${run_label[$2]}" rawid id log start rc lines nocall in_cublas hazards aside result extra=("${san_common[@]}")
+      local -a cmd
+      eval "cmd=(${run_cmd[$i]})"
+      rawid="${label%% *}"; id="${rawid//#/.}"
+      log="$out/logs/sanitize_${tool}_${id}.log" start=$SECONDS
+      [ "$tool" = memcheck ] && extra+=(--leak-check full)
+      # The memory test asks for 2^60 bytes on purpose: its failing cudaMalloc is not a finding.
+      [[ "$label" == memory* ]] && extra+=(--report-api-errors no)
+      timeout "$san_timeout" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 "${cmd[@]}" > "$log" 2>&1
+      rc=$?
+      # compute-sanitizer reports each hazard as a "========= <kind>" block; its banner and
+      # summary lines are not hazards. Those inside cuBLAS's own kernels (nvjet, xmma, cutlass,
+      # splitKreduce) are counted apart: racecheck reports the sm_90 GEMMs' asynchronous
+      # (TMA / mbarrier) shared-memory traffic as races, and they are not dsa's code to fix
+      # (docs/cuda.md, "Second GPU run"). Excluding those kernels from instrumentation
+      # (--kernel-name-exclude) is no way out: the sanitizer then fails inside them.
+      # One line per report: its header, with the "at <kernel>" line that follows it where the
+      # header does not name the kernel (memcheck, initcheck).
+      lines="$(awk '/^========= [A-Z]/ { if (h != "") print h; h = $0; next }
+                    /^=========     at / && h != "" { print h " " $0; h = ""; next }
+                    END { if (h != "") print h }' "$log" |
+               grep -vE 'COMPUTE-SANITIZER|ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY|Program hit|Target application returned')"
+      in_cublas="$(grep -cE 'nvjet_|xmma|cutlass|splitKreduce' <<< "$lines")"
+      hazards=$(( $(grep -c . <<< "$lines") - in_cublas ))
+      aside=""
+      ((in_cublas > 0)) && aside=", $in_cublas more inside cuBLAS's kernels (not counted)"
+      # A test case that turned out to make no CUDA call: the sanitizer says so as an error.
+      nocall="$(grep -c 'instrumented API call' <<< "$lines")"
+      if ((rc != 124)) && ((nocall > 0)) && ((hazards == nocall)) && grep -q 'Status: SUCCESS' "$log"; then
+        result="ok ($((SECONDS - start)) s, the case made no CUDA call)"
+      elif ((rc == 124)); then
+        if ((hazards == 0)); then
+          result="TIMEOUT after ${san_timeout} s, no hazard reported before it$aside"
         else
-          note "step $name: FAILED (exit $rc, $hazards hazard lines, $((SECONDS - start)) s) logs/$name.log"; failed=1
-          grep -m 12 -E '^=========' "$log" | sed 's/^/    /' >> "$report"
+          result="FAILED ($hazards hazard lines before the ${san_timeout} s timeout$aside)"
         fi
+      elif ((rc == 0)) || { ((rc == 99)) && ((hazards == 0)) && ((in_cublas > 0)); }; then
+        result="ok ($((SECONDS - start)) s$aside)"
+      else
+        result="FAILED (exit $rc, $hazards hazard lines, $((SECONDS - start)) s)"
+      fi
+      {
+        echo "step sanitize_${tool}_${id}: $result logs/$(basename "$log")${label#"$rawid"}"
+        [[ "$result" == FAILED* ]] && grep -m 12 -E '^=========' "$log" | sed 's/^/    /'
+      } > "$out/logs/.result.$tool.$(printf %04d "$i")"
+      head -n 1 "$out/logs/.result.$tool.$(printf %04d "$i")" >&2
+    }
+
+    IFS=, read -r -a tools <<< "$san_tools"
+    rm -f "$out"/logs/.result.*
+    san_start=$SECONDS
+    echo "== sanitize: ${#run_label[@]} runs per tool, $san_jobs at a time" >&2
+    for tool in "${tools[@]}"; do
+      for i in "${!run_label[@]}"; do
+        label="${run_label[$i]}"
+        [[ "${label%%[# ]*}" =~ $san_only || "$label" =~ $san_only ]] || continue
+        while (($(jobs -rp | wc -l) >= san_jobs)); do wait -n; done
+        if ((san_deadline > 0 && SECONDS - san_start >= san_deadline)); then
+          echo "step sanitize_${tool}_$(sed 's/#/./; s/ .*//' <<< "$label"): NOT RUN (--sanitize-deadline ${san_deadline} s passed)" \
+            > "$out/logs/.result.$tool.$(printf %04d "$i")"
+          continue
+        fi
+        san_run "$tool" "$i" &
       done
     done
+    wait
+    for f in "$out"/logs/.result.*; do
+      [ -e "$f" ] || continue
+      cat "$f" >> "$report"
+      grep -q '^step [^ ]*: FAILED' "$f" && failed=1
+    done
+    summary="$(grep -hoE '^step sanitize_[^ ]*: [A-Za-z]+' "$out"/logs/.result.* 2>/dev/null | awk '{print ($3 == "NOT" ? "NOT-RUN" : $3)}' | sort | uniq -c | awk '{printf "%s%s %s", sep, $1, $2; sep=", "}')"
+    rm -f "$out"/logs/.result.*
+    note "step sanitize: ${summary:-no run matched}"
   fi
 fi
 
