@@ -98,18 +98,17 @@ def run_cmd(args, cmd: list[str]) -> subprocess.CompletedProcess:
 # dsa
 
 
-def prompt_ids(length: int, vocab: int, seed: int) -> tuple[str, int]:
-    """Pseudo-random ids for a prompt of `length` tokens, as one --prompt-ids string.
-
-    Ids come from [0, vocab) while the string fits in one argv string; for long prompts the
-    range narrows (1000, 100, 10) until it does. Returns (string, id range used)."""
-    for hi in [vocab] + [r for r in (1000, 100, 10) if r < vocab]:
-        rng = random.Random(seed)
-        s = " ".join(str(rng.randrange(hi)) for _ in range(length))
-        if len(s.encode()) + 1 <= MAX_ARG_BYTES:
-            return s, hi
-    raise ValueError(f"a {length}-token prompt does not fit in one argument string "
-                     f"({MAX_ARG_BYTES} bytes) even with single-digit ids")
+def prompt_args(length: int, vocab: int, seed: int, logdir: Path) -> list[str]:
+    """dsa_run's arguments for a prompt of `length` pseudo-random ids from [0, vocab):
+    --prompt-ids while the ids fit in one argv string (which any dsa_run accepts), else
+    --prompt-file with the ids written under logdir (dsa_run from 2026-11-26 on)."""
+    rng = random.Random(seed)
+    ids = " ".join(str(rng.randrange(vocab)) for _ in range(length))
+    if len(ids.encode()) + 1 <= MAX_ARG_BYTES:
+        return ["--prompt-ids", ids]
+    path = logdir / f"prompt_{length}.txt"
+    path.write_text(ids + "\n")
+    return ["--prompt-file", str(path)]
 
 
 _NUM = r"([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)"
@@ -143,10 +142,11 @@ def parse_dsa_stage(text: str, stage: str) -> dict | None:
 
 
 def run_dsa(args, cfg: dict, threads: int, ctx: int, logdir: Path) -> dict:
-    ids, id_range = prompt_ids(ctx, int(cfg["vocab_size"]), seed=ctx)
-    cmd = [args.dsa_run, "--model", str(args.model), "--prompt-ids", ids,
+    vocab = int(cfg["vocab_size"])
+    prompt = prompt_args(ctx, vocab, seed=ctx, logdir=logdir)
+    cmd = [args.dsa_run, "--model", str(args.model), *prompt,
            "--max-new-tokens", str(args.n_gen + 1), "--threads", str(threads), "--fp8-dot", args.dsa_fp8_dot, "--quiet"]
-    shown = " ".join(cmd[:4]) + f" '<{ctx} ids in [0, {id_range})>' " + " ".join(cmd[5:])
+    shown = " ".join(cmd[:3]) + f" {prompt[0]} '<{ctx} ids in [0, {vocab})>' " + " ".join(cmd[5:])
     reps = []
     for rep in range(args.reps):
         quiet = wait_quiet(args)
@@ -166,7 +166,7 @@ def run_dsa(args, cfg: dict, threads: int, ctx: int, logdir: Path) -> dict:
         reps.append({"prefill": pre, "decode": dec, "memory": mem, "wall_s": round(time.time() - t0, 2),
                      **quiet, "loadavg_after": loadavg()})
     best = lambda k: max(r[k]["tokens_per_s"] for r in reps)  # noqa: E731
-    return {"command": shown, "prompt_id_range": id_range, "runs": reps,
+    return {"command": shown, "prompt_id_range": vocab, "runs": reps,
             "prefill_tokens_per_s": best("prefill"), "decode_tokens_per_s": best("decode")}
 
 

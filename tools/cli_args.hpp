@@ -55,19 +55,19 @@ inline double parse_double(std::string_view flag, std::string_view text) {
   return v;
 }
 
-/// Integers separated by spaces and/or commas: "1 2 3", "1,2,3".
+/// Integers separated by commas and/or whitespace (spaces, tabs, line ends): "1 2 3", "1,2,3".
 inline std::vector<std::int64_t> parse_int_list(std::string_view flag, std::string_view text, std::int64_t lo,
                                                 std::int64_t hi) {
+  const auto is_sep = [](char c) { return c == ' ' || c == ',' || c == '\t' || c == '\n' || c == '\r'; };
   std::vector<std::int64_t> v;
   std::size_t i = 0;
   while (i < text.size()) {
-    const char c = text[i];
-    if (c == ' ' || c == ',' || c == '\t' || c == '\n') {
+    if (is_sep(text[i])) {
       ++i;
       continue;
     }
     std::size_t j = i;
-    while (j < text.size() && text[j] != ' ' && text[j] != ',' && text[j] != '\t' && text[j] != '\n') ++j;
+    while (j < text.size() && !is_sep(text[j])) ++j;
     v.push_back(parse_int(flag, text.substr(i, j - i), lo, hi));
     i = j;
   }

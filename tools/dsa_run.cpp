@@ -1,7 +1,8 @@
 // dsa_run: generates tokens with the reference DeepSeek-V3.2 forward pass of dsa::model on the
 // CPU and reports where the time went.
 //
-//   dsa_run --model DIR --prompt-ids "1 2 3" --max-new-tokens N [--threads T] [--fp8-dot exact|fp32]
+//   dsa_run --model DIR (--prompt-ids "1 2 3" | --prompt-file F) --max-new-tokens N [--threads T]
+//           [--fp8-dot exact|fp32]
 //           [--temperature X [--top-p P] [--seed S]] [--stop-at-eos] [--quiet]
 //
 // Greedy (argmax, ties to the smaller id) unless --temperature X > 0 is given; sampling is
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -38,7 +40,8 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 const char* const usage_text =
-    "usage: dsa_run --model DIR --prompt-ids \"1 2 3\" [--max-new-tokens N] [--threads T]\n"
+    "usage: dsa_run --model DIR (--prompt-ids \"1 2 3\" | --prompt-file F) [--max-new-tokens N]\n"
+    "               [--threads T] [--fp8-dot MODE]\n"
     "               [--temperature X] [--top-p P] [--seed S] [--stop-at-eos] [--quiet]\n"
     "\n"
     "Runs a DeepSeek-V3.2 checkpoint (config.json + safetensors, Hugging Face layout) with dsa's\n"
@@ -46,6 +49,8 @@ const char* const usage_text =
     "\n"
     "  --model DIR          checkpoint directory\n"
     "  --prompt-ids IDS     prompt token ids, separated by spaces or commas\n"
+    "  --prompt-file F      the same from a text file (any whitespace or commas between ids;\n"
+    "                       at most 64 MiB): long prompts exceed one argument's 128 KiB\n"
     "  --max-new-tokens N   tokens to generate, N >= 0 (default 16)\n"
     "  --threads T          CPU threads, T >= 1 (default: every hardware thread)\n"
     "  --fp8-dot MODE       FP8 linear block dots: exact (default) or fp32 (faster prefill;\n"
@@ -75,6 +80,23 @@ struct options {
   bool quiet = false;
 };
 
+/// The text of a --prompt-file, its size checked before anything is allocated for it.
+std::string read_prompt_file(std::string_view flag, const std::filesystem::path& path) {
+  constexpr std::uintmax_t max_bytes = std::uintmax_t{64} << 20;
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) dsa_tools::usage_fail(flag, path.string(), "a readable regular file (" + ec.message() + ")");
+  if (size > max_bytes) {
+    dsa_tools::usage_fail(flag, path.string(), "a file of at most 64 MiB; it has " + std::to_string(size) + " bytes");
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string text(static_cast<std::size_t>(size), '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(size))) {
+    dsa_tools::usage_fail(flag, path.string(), "a readable file (reading it failed)");
+  }
+  return text;
+}
+
 options parse_args(int argc, char** argv) {
   using dsa_tools::usage_error;
   options o;
@@ -93,8 +115,10 @@ options parse_args(int argc, char** argv) {
     const std::string_view v = argv[++i];
     if (a == "--model") {
       o.model = v;
-    } else if (a == "--prompt-ids") {
-      o.prompt = dsa_tools::parse_int_list(a, v, 0, std::numeric_limits<std::int32_t>::max());
+    } else if (a == "--prompt-ids" || a == "--prompt-file") {
+      if (o.have_prompt) throw usage_error{"give one prompt: --prompt-ids or --prompt-file, once"};
+      const std::string text = a == "--prompt-file" ? read_prompt_file(a, std::filesystem::path(v)) : std::string(v);
+      o.prompt = dsa_tools::parse_int_list(a, text, 0, std::numeric_limits<std::int32_t>::max());
       o.have_prompt = true;
     } else if (a == "--max-new-tokens") {
       o.max_new_tokens = dsa_tools::parse_int(a, v, 0, std::numeric_limits<std::int32_t>::max());
@@ -121,8 +145,8 @@ options parse_args(int argc, char** argv) {
     }
   }
   if (o.model.empty()) throw usage_error{"missing --model DIR"};
-  if (!o.have_prompt) throw usage_error{"missing --prompt-ids"};
-  if (o.prompt.empty()) throw usage_error{"--prompt-ids is empty; expected at least one token id"};
+  if (!o.have_prompt) throw usage_error{"missing --prompt-ids or --prompt-file"};
+  if (o.prompt.empty()) throw usage_error{"the prompt is empty; expected at least one token id"};
   if (o.temperature == 0.0 && (o.top_p || o.seed)) {
     throw usage_error{"--top-p and --seed apply to sampling; give --temperature X > 0 as well"};
   }
@@ -250,7 +274,7 @@ int main(int argc, char** argv) {
 
     for (std::size_t i = 0; i < o.prompt.size(); ++i) {
       if (o.prompt[i] >= cfg.vocab_size) {
-        throw dsa_tools::usage_error{"--prompt-ids: token " + std::to_string(i) + " = " + std::to_string(o.prompt[i]) +
+        throw dsa_tools::usage_error{"prompt token " + std::to_string(i) + " = " + std::to_string(o.prompt[i]) +
                                      "; expected an id in [0, vocab_size = " + std::to_string(cfg.vocab_size) + ")"};
       }
     }
