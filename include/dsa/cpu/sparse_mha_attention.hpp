@@ -28,6 +28,7 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/cpu/attention_tiles.hpp"
+#include "dsa/cpu/exp_via_double.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/sparse_mha_attention.hpp"
 #include "dsa/ops/sparse_mha_attention.hpp"
@@ -156,12 +157,10 @@ inline void sparse_mha_per_head_keys(const cpu_backend& be, const sparse_mha_arg
           continue;
         }
         const index_t cnt = static_cast<index_t>(used.size());
+        for (index_t e = 0; e < cnt; ++e) lg[static_cast<std::size_t>(e)] -= m;
+        exp_via_double(lg.data(), lg.data(), cnt);
         float sum = 0.0f;
-        for (index_t e = 0; e < cnt; ++e) {
-          const float x = sparse_mha_exp(lg[static_cast<std::size_t>(e)] - m);
-          lg[static_cast<std::size_t>(e)] = x;
-          sum += x;
-        }
+        for (index_t e = 0; e < cnt; ++e) sum += lg[static_cast<std::size_t>(e)];
         for (index_t e = 0; e < cnt; ++e) lg[static_cast<std::size_t>(e)] = sparse_mha_prob(lg[static_cast<std::size_t>(e)], sum, cfg.rounding);
         std::fill(acc.begin(), acc.end(), 0.0f);
         tiles::pv_gather_sequential(lg.data(), used.data(), cnt, vt.data(), dvpad, acc.data(), dvpad);
@@ -276,11 +275,16 @@ inline void sparse_mha_shared_keys(const cpu_backend& be, const sparse_mha_args&
       std::fill(sum.begin(), sum.end(), 0.0f);
       for (index_t j = 0; j < cnt; ++j) {
         float* l = lg.data() + j * hpad;
-        for (index_t i = 0; i < hn; ++i) {
-          const float e = sparse_mha_exp(l[i] - m[static_cast<std::size_t>(i)]);
-          l[i] = e;
-          sum[static_cast<std::size_t>(i)] += e;
-        }
+        for (index_t i = 0; i < hn; ++i) l[i] -= m[static_cast<std::size_t>(i)];
+      }
+      if (hn == hpad) {
+        exp_via_double(lg.data(), lg.data(), cnt * hpad);  // one run: no padding lanes between rows
+      } else {
+        for (index_t j = 0; j < cnt; ++j) exp_via_double(lg.data() + j * hpad, lg.data() + j * hpad, hn);
+      }
+      for (index_t j = 0; j < cnt; ++j) {
+        const float* l = lg.data() + j * hpad;
+        for (index_t i = 0; i < hn; ++i) sum[static_cast<std::size_t>(i)] += l[i];
       }
 
       // out = P · V, product by product in entry order.
