@@ -178,8 +178,8 @@ if has_step sanitize; then
     # such checks.
     # Hopper's GEMMs (cuBLAS's nvjet kernels) store through the tensor memory accelerator, whose
     # bulk copies initcheck and memcheck do not follow unless told to: without the option,
-    # initcheck reports every read of a GEMM's output as uninitialized (docs/cuda.md, "Third GPU
-    # run"). Older sanitizers lack the option; its absence is noted in the report.
+    # initcheck reports every read of a GEMM's output as uninitialized (docs/cuda.md, "Record of the
+    # third run"). Older sanitizers lack the option; its absence is noted in the report.
     san_common=()
     if compute-sanitizer --help 2>/dev/null | grep -q -- '--check-bulk-copy'; then
       san_common+=(--check-bulk-copy yes)
@@ -223,7 +223,7 @@ if has_step sanitize; then
       # summary lines are not hazards. Those inside cuBLAS's own kernels (nvjet, xmma, cutlass,
       # splitKreduce) are counted apart: racecheck reports the sm_90 GEMMs' asynchronous
       # (TMA / mbarrier) shared-memory traffic as races, and they are not dsa's code to fix
-      # (docs/cuda.md, "Second GPU run"). Excluding those kernels from instrumentation
+      # (docs/cuda.md, "Record of the second run"). Excluding those kernels from instrumentation
       # (--kernel-name-exclude) is no way out: the sanitizer then fails inside them.
       # One line per report: its header, with the "at <kernel>" line that follows it where the
       # header does not name the kernel (memcheck, initcheck).
@@ -243,12 +243,12 @@ if has_step sanitize; then
         if ((hazards == 0)); then
           result="TIMEOUT after ${san_timeout} s, no hazard reported before it$aside"
         else
-          result="FAILED ($hazards hazard lines before the ${san_timeout} s timeout$aside)"
+          result="FAILED ($hazards reports before the ${san_timeout} s timeout$aside)"
         fi
       elif ((rc == 0)) || { ((rc == 99)) && ((hazards == 0)) && ((in_cublas > 0)); }; then
         result="ok ($((SECONDS - start)) s$aside)"
       else
-        result="FAILED (exit $rc, $hazards hazard lines, $((SECONDS - start)) s)"
+        result="FAILED (exit $rc, $hazards reports, $((SECONDS - start)) s)"
       fi
       {
         echo "step sanitize_${tool}_${id}: $result logs/$(basename "$log")${label#"$rawid"}"
