@@ -206,13 +206,17 @@ if has_step sanitize; then
       done < <("$exe" --list-test-cases 2>/dev/null | sed -n '/^=\{10,\}$/,/^=\{10,\}$/p' | grep -v '^=\{10,\}$')
     done
 
-    # san_run TOOL I: one sanitizer run, its log in logs/, its report line in logs/.result.*
-    # (printed in a fixed order once the pool drains).
+    # Run I's id in file names ("ops_dense#05 <case>" -> ops_dense.05), and the file holding its
+    # report line for TOOL (printed in a fixed order once the pool drains).
+    run_id() { local rawid="${run_label[$1]%% *}"; echo "${rawid//#/.}"; }
+    result_file() { echo "$out/logs/.result.$1.$(printf %04d "$2")"; }
+
+    # san_run TOOL I: one sanitizer run, its log in logs/, its report line in result_file.
     san_run() {
-      local tool="$1" i="$2" label="${run_label[$2]}" rawid id log start rc lines nocall in_cublas hazards aside result extra=("${san_common[@]}")
+      local tool="$1" i="$2" label="${run_label[$2]}" id log start rc lines nocall in_cublas hazards aside result extra=("${san_common[@]}")
       local -a cmd
       eval "cmd=(${run_cmd[$i]})"
-      rawid="${label%% *}"; id="${rawid//#/.}"
+      id="$(run_id "$i")"
       log="$out/logs/sanitize_${tool}_${id}.log" start=$SECONDS
       [ "$tool" = memcheck ] && extra+=(--leak-check full)
       # The memory test asks for 2^60 bytes on purpose: its failing cudaMalloc is not a finding.
@@ -251,10 +255,10 @@ if has_step sanitize; then
         result="FAILED (exit $rc, $hazards reports, $((SECONDS - start)) s)"
       fi
       {
-        echo "step sanitize_${tool}_${id}: $result logs/$(basename "$log")${label#"$rawid"}"
+        echo "step sanitize_${tool}_${id}: $result logs/$(basename "$log")${label#"${label%% *}"}"
         [[ "$result" == FAILED* ]] && grep -m 12 -E '^=========' "$log" | sed 's/^/    /'
-      } > "$out/logs/.result.$tool.$(printf %04d "$i")"
-      head -n 1 "$out/logs/.result.$tool.$(printf %04d "$i")" >&2
+      } > "$(result_file "$tool" "$i")"
+      head -n 1 "$(result_file "$tool" "$i")" >&2
     }
 
     IFS=, read -r -a tools <<< "$san_tools"
@@ -267,8 +271,8 @@ if has_step sanitize; then
         [[ "${label%%[# ]*}" =~ $san_only || "$label" =~ $san_only ]] || continue
         while (($(jobs -rp | wc -l) >= san_jobs)); do wait -n; done
         if ((san_deadline > 0 && SECONDS - san_start >= san_deadline)); then
-          echo "step sanitize_${tool}_$(sed 's/#/./; s/ .*//' <<< "$label"): NOT RUN (--sanitize-deadline ${san_deadline} s passed)" \
-            > "$out/logs/.result.$tool.$(printf %04d "$i")"
+          echo "step sanitize_${tool}_$(run_id "$i"): NOT RUN (--sanitize-deadline ${san_deadline} s passed)" \
+            > "$(result_file "$tool" "$i")"
           continue
         fi
         san_run "$tool" "$i" &

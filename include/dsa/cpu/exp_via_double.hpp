@@ -51,17 +51,16 @@ inline void exp_via_double(const float* x, float* y, index_t n) {
     for (index_t i = 0; i < m; ++i) d[i] = static_cast<double>(x[i0 + i]);
     // Whole packets through the vector exp, a remainder through Eigen's scalar one (std::exp).
     Eigen::Map<run, Eigen::Aligned64>(e, m) = Eigen::Map<const run, Eigen::Aligned64>(d, m).exp();
+    const auto slow = [&](index_t i) { return !(d[i] >= exp_fast_lo && d[i] <= exp_fast_hi) || near_float_midpoint(e[i]); };
     bool any_slow = false;
     for (index_t i = 0; i < m; ++i) {
       y[i0 + i] = static_cast<float>(e[i]);
-      any_slow |= !(d[i] >= exp_fast_lo && d[i] <= exp_fast_hi) || near_float_midpoint(e[i]);
+      any_slow |= slow(i);
     }
     if (!any_slow) continue;
     // d holds the inputs exactly (y may have overwritten x).
     for (index_t i = 0; i < m; ++i) {
-      if (!(d[i] >= exp_fast_lo && d[i] <= exp_fast_hi) || near_float_midpoint(e[i])) {
-        y[i0 + i] = sparse_mha_exp(static_cast<float>(d[i]));
-      }
+      if (slow(i)) y[i0 + i] = sparse_mha_exp(static_cast<float>(d[i]));
     }
   }
 }
