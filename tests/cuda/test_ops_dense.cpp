@@ -241,7 +241,11 @@ void check_linear(const dsa::cublas_handle& blas, index_t t, index_t in, index_t
   const dsa::cuda_backend be{stream.get(), blas.get()};
   auto dx = dsa_test::upload(x, stream.get());
   auto dw = dsa_test::upload(w, stream.get());
-  dsa::device_buffer<O> dy(std::max<index_t>(t * ldy, 1), stream.get());
+  // y starts as a sentinel, padding included: the padding between rows must come back untouched
+  // (and the whole buffer is defined, so copying it back reads no uninitialized memory).
+  const O sentinel = static_cast<O>(-3.0f);
+  const std::vector<O> y0(static_cast<std::size_t>(std::max<index_t>(t * ldy, 1)), sentinel);
+  auto dy = dsa_test::upload(y0, stream.get());
   const dsa::device_view<const X, 2> dxv(dx.data(), {t, in}, {ldx, 1});
   const dsa::device_view<const W, 2> dwv(dw.data(), {out, in}, {ldw, 1});
   const dsa::device_view<O, 2> dyv(dy.data(), {t, out}, {ldy, 1});
@@ -249,8 +253,11 @@ void check_linear(const dsa::cublas_handle& blas, index_t t, index_t in, index_t
   const auto y = dsa_test::download(dy, stream.get());
   ops::linear(be, dxv, dwv, dyv);
   dsa_test::check_bits_equal("y (second run)", dsa_test::download(dy, stream.get()), y);
-  std::size_t bad = 0;
+  std::size_t bad = 0, padding_changed = 0;
   for (index_t i = 0; i < t; ++i) {
+    for (index_t j = out; j < ldy; ++j) {
+      padding_changed += dsa::to_float(y[static_cast<std::size_t>(i * ldy + j)]) != -3.0f;
+    }
     for (index_t j = 0; j < out; ++j) {
       double ref = 0.0, mag = 0.0;
       for (index_t k = 0; k < in; ++k) {
@@ -268,6 +275,7 @@ void check_linear(const dsa::cublas_handle& blas, index_t t, index_t in, index_t
     }
   }
   CHECK(bad == 0);
+  CHECK(padding_changed == 0);
 }
 
 // ---- fp8_linear ----------------------------------------------------------------------------------
