@@ -5,6 +5,8 @@
 //    next of a pool of copies larger than twice the last-level cache (a decode step's layers
 //    evict each other), for the shapes of a routed expert (7168 -> 2048), the dense FFN's up
 //    projection (7168 -> 18432), its down projection (18432 -> 7168) and o_proj (16384 -> 7168);
+//    and, beside them, the expert shape with its weights in L3 and the GEMV's two halves apart
+//    (BM_fp8_gemv_parts): what the arithmetic alone allows;
 //  - fp8_linear prefill (t = 64 and 256): a GEMM, judged by FLOP/s against the fp32 FMA peak;
 //  - both block-dot modes (cpu_backend::fp8_block_dot: exact, fp32), 1 and 2 threads;
 //  - bf16 linear decode (lm_head-like 7168 -> 32768, bf16 weights from DRAM) and prefill;
@@ -277,6 +279,11 @@ void decode_args(benchmark::internal::Benchmark* b) {
       }
     }
   }
+  // The same GEMV with its weights in L3 (14.7 MB, one copy): the rate of the arithmetic alone,
+  // the ceiling the stream from DRAM can approach.
+  for (int mode : {0, 1}) {
+    for (index_t t : {1, 4}) b->Args({t, 1, 0, mode, 0});
+  }
   b->UseRealTime()->MinTime(0.3)->Unit(benchmark::kMillisecond);
 }
 BENCHMARK(BM_fp8_linear)->Name("BM_fp8_linear_decode")->Apply(decode_args);
@@ -291,6 +298,37 @@ void prefill_args(benchmark::internal::Benchmark* b) {
   b->UseRealTime()->MinTime(0.5)->Unit(benchmark::kMillisecond);
 }
 BENCHMARK(BM_fp8_linear)->Name("BM_fp8_linear_prefill")->Apply(prefill_args);
+
+// The two halves of the fp32-mode GEMV (t = 1) apart, on 16 rows x 7168 codes held in L2: the
+// decode of the codes into pair tiles (decode_pair_tile) and the micro-kernel over the tiles
+// (gemv_micro). GB/s counts the codes; 1 / (1 / decode + 1 / micro) is the rate the GEMV's
+// arithmetic allows, the ceiling of its stream from DRAM. Arg: 0 decode, 1 micro-kernel.
+void BM_fp8_gemv_parts(benchmark::State& state) {
+  namespace li = dsa::cpu_detail::linear_impl;
+  constexpr index_t nr = li::fp8_shape<float>::gemv_nr, in = 7168, nb = li::gemv_max_nb;
+  constexpr index_t tile_stride = (nr / li::group_rows) * li::pair_tile_dwords;
+  const fp8_pool& w = pool(0, false);  // checkpoint-like codes; the first nr rows
+  std::vector<std::uint32_t, Eigen::aligned_allocator<std::uint32_t>> pt(static_cast<std::size_t>(nb * tile_stride));
+  std::vector<float> x(in, 0x1p-8f), d(static_cast<std::size_t>(nb * nr));
+  const std::uint8_t* rows[nr];
+  const bool decode = state.range(0) == 0;
+  for (auto _ : state) {
+    for (index_t kb = 0; kb < in / li::block; kb += nb) {
+      if (decode) {
+        for (index_t b = 0; b < nb; ++b) {
+          for (index_t j = 0; j < nr; ++j) rows[j] = li::code_bytes(w.copy(0) + j * in + (kb + b) * li::block);
+          li::decode_pair_tile<nr>(rows, pt.data() + b * tile_stride);
+        }
+      } else {
+        li::gemv_micro<float, 1, nr, nb>(x.data() + kb * li::block, in, pt.data(), tile_stride, d.data());
+      }
+      benchmark::ClobberMemory();
+    }
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * nr * in);
+  state.SetLabel(decode ? "decode_pair_tile" : "gemv_micro");
+}
+BENCHMARK(BM_fp8_gemv_parts)->ArgName("part")->Arg(0)->Arg(1)->MinTime(0.3);
 
 // Baseline: Eigen fp32 GEMM (GEMV for t = 1) of the expert shape with dequantized fp32 weights
 // (cached), output columns split over the same threads.

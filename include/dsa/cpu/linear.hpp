@@ -234,24 +234,27 @@ inline constexpr index_t pair_tile_dwords = quads * 2 * group_rows;
 // 10..4 with copies of the sign above them, and one bitwise select keeps the sign (bit 15) and
 // those 7 bits and sets bit 14: exponent field 128 + e, mantissa m, which is 2^8 times the
 // value of every normal code. Special (a group holding a subnormal, zero or NaN code) then
-// replaces exponent-0 codes by 2^8 * m * 2^-9 (a table lookup, exact) and NaN codes by the
-// canonical quiet NaN, signs kept. No subnormal is formed, so neither DAZ nor denormal-operand
-// assists (over 100 cycles each on x86) play a part.
+// replaces exponent-0 codes by 2^8 * m * 2^-9 (a table lookup, exact; the sign put back for all
+// lanes at once) and turns NaN codes, which the select made 2^16 * 1.875 (bits 0x47F0 and the
+// sign), into a quiet NaN (adding 0x3800: 0x7FF0), signs kept. No subnormal is formed, so
+// neither DAZ nor denormal-operand assists (over 100 cycles each on x86) play a part.
 template <bool Special>
 DSA_FORCEINLINE __m512i decode_high_bytes(__m512i u) {
   const __m512i a = _mm512_srai_epi16(u, 4);
   // Bitwise c ? a : b with b = bit 14, c = the sign and code bits (truth table 0xE4).
   __m512i bits = _mm512_ternarylogic_epi32(a, _mm512_set1_epi16(0x4000), _mm512_set1_epi16(static_cast<short>(0x87F0)), 0xE4);
   if constexpr (Special) {
-    const __m512i sign = _mm512_and_si512(a, _mm512_set1_epi16(static_cast<short>(0x8000)));
-    // Word m of the table: bf16(2^8 * m * 2^-9) = bf16(m / 2); only m < 8 is looked up.
+    // Word m of the table: bf16(2^8 * m * 2^-9) = bf16(m / 2); only m < 8 is looked up (the
+    // index's bits 3 and 4 are exponent bits, zero in the lanes replaced).
     const __m512i sub_values = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                                 0x4060, 0x4040, 0x4020, 0x4000, 0x3FC0, 0x3F80, 0x3F00, 0);
     const __mmask32 sub = _mm512_testn_epi16_mask(a, _mm512_set1_epi16(0x0780));
-    const __m512i sv = _mm512_permutexvar_epi16(_mm512_srli_epi16(a, 4), sub_values);
-    bits = _mm512_mask_mov_epi16(bits, sub, _mm512_or_si512(sv, sign));
-    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(a, _mm512_set1_epi16(0x07F0)), _mm512_set1_epi16(0x07F0));
-    bits = _mm512_mask_mov_epi16(bits, nan, _mm512_or_si512(sign, _mm512_set1_epi16(0x7FC0)));
+    bits = _mm512_mask_permutexvar_epi16(bits, sub, _mm512_srli_epi16(a, 4), sub_values);
+    // bits | (a & sign): the sign again where the table wrote, a no-op elsewhere (truth table 0xF8).
+    bits = _mm512_ternarylogic_epi32(bits, a, _mm512_set1_epi16(static_cast<short>(0x8000)), 0xF8);
+    const __m512i nan_bits = _mm512_set1_epi16(0x07F0);
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(a, nan_bits), nan_bits);
+    bits = _mm512_mask_add_epi16(bits, nan, bits, _mm512_set1_epi16(0x3800));
   }
   return bits;
 }
