@@ -256,7 +256,7 @@ void check_linear(const dsa::cublas_handle& blas, index_t t, index_t in, index_t
   std::size_t bad = 0, padding_changed = 0;
   for (index_t i = 0; i < t; ++i) {
     for (index_t j = out; j < ldy; ++j) {
-      padding_changed += dsa::to_float(y[static_cast<std::size_t>(i * ldy + j)]) != -3.0f;
+      padding_changed += dsa::to_float(y[static_cast<std::size_t>(i * ldy + j)]) != dsa::to_float(sentinel);
     }
     for (index_t j = 0; j < out; ++j) {
       double ref = 0.0, mag = 0.0;
