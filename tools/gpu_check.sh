@@ -36,7 +36,8 @@
 # passed, 1 when one failed, 2 on a usage error, 3 when no GPU is present (after configure).
 set -uo pipefail
 
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+# The usage text is the comment block above, up to its first non-comment line.
+usage() { sed -n '2,/^[^#]/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 2; }
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 deps="" build="$root/build/gpu-check" arch="" jobs="$(nproc 2>/dev/null || echo 2)"
@@ -211,10 +212,10 @@ if has_step sanitize; then
 
     # san_run TOOL I: one sanitizer run, its log in logs/, its report line in result_file.
     san_run() {
-      local tool="$1" i="$2" label="${run_label[$2]}" id log start rc lines nocall in_cublas hazards unprinted aside result extra=()
+      local tool="$1" i="$2" label="${run_label[$2]}" id log start rc lines nocall in_cublas hazards unprinted aside result res extra=()
       local -a cmd
       eval "cmd=(${run_cmd[$i]})"
-      id="$(run_id "$i")"
+      id="$(run_id "$i")" res="$(result_file "$tool" "$i")"
       log="$out/logs/sanitize_${tool}_${id}.log" start=$SECONDS
       [ "$tool" = memcheck ] && extra+=(--leak-check full)
       [ -n "$san_print_limit" ] && extra+=(--print-limit "$san_print_limit")
@@ -261,8 +262,8 @@ if has_step sanitize; then
       {
         echo "step sanitize_${tool}_${id}: $result logs/$(basename "$log")${label#"${label%% *}"}"
         [[ "$result" == FAILED* ]] && grep -m 12 -E '^=========' "$log" | sed 's/^/    /'
-      } > "$(result_file "$tool" "$i")"
-      head -n 1 "$(result_file "$tool" "$i")" >&2
+      } > "$res"
+      head -n 1 "$res" >&2
     }
 
     IFS=, read -r -a tools <<< "$san_tools"
