@@ -29,6 +29,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -198,6 +199,17 @@ struct fp8_pool {
   }
   std::size_t bytes_per_copy() const { return static_cast<std::size_t>(in * out) + s.size() * sizeof(float); }
   const fp8_e4m3* copy(index_t c) const { return q.data() + static_cast<std::size_t>(in * out) * static_cast<std::size_t>(c); }
+  dsa::host_view<const fp8_e4m3, 2> view(index_t c) const { return dsa::make_view(copy(c), {out, in}); }
+  // The copies packed by dsa::pack_fp8_weight (made on first use, then kept with the pool).
+  const dsa::packed_fp8_weight& packed(index_t c) const {
+    if (packed_.empty()) {
+      for (index_t i = 0; i < copies; ++i) packed_.push_back(dsa::pack_fp8_weight(dsa::cpu_backend{}, view(i)));
+    }
+    return packed_[static_cast<std::size_t>(c)];
+  }
+
+ private:
+  mutable std::vector<dsa::packed_fp8_weight> packed_;
 };
 
 // The pool of a shape and residency (from memory: copies for >= 768 MB; cached: one copy). One
@@ -248,51 +260,66 @@ void ratio_counters(benchmark::State& state, const loop_timer& timer, double byt
 
 // ---- fp8_linear -----------------------------------------------------------------------------------
 
-// Args: t, threads, shape index, mode (0 exact, 1 fp32), from memory (1) or cached (0).
+// Args: t, threads, shape index, mode (0 exact, 1 fp32), from memory (1) or cached (0), the
+// weight as checkpoint rows (0) or packed by dsa::pack_fp8_weight (1).
 void BM_fp8_linear(benchmark::State& state) {
   const index_t t = state.range(0);
   dsa::cpu_backend be{static_cast<int>(state.range(1))};
   be.fp8_block_dot = state.range(3) == 1 ? dsa::fp8_dot::fp32 : dsa::fp8_dot::exact;
   const fp8_pool& w = pool(static_cast<int>(state.range(2)), state.range(4) == 1);
+  const bool packed = state.range(5) == 1;
+  if (packed) w.packed(0);  // packed before the timing starts
   probe(threads_of(state));  // measured before the timing starts
   const std::vector<bf16> x = activations(t, w.in);
   std::vector<bf16> y(static_cast<std::size_t>(t * w.out));
   index_t c = 0;
   const loop_timer timer;
   for (auto _ : state) {
-    dsa::fp8_linear(be, dsa::make_view(x.data(), {t, w.in}), dsa::make_view(w.copy(c), {w.out, w.in}),
-                    dsa::make_view(w.s.data(), {(w.out + 127) / 128, w.in / 128}), dsa::make_view(y.data(), {t, w.out}));
+    const auto xv = dsa::make_view(x.data(), {t, w.in});
+    const auto sv = dsa::make_view(w.s.data(), {(w.out + 127) / 128, w.in / 128});
+    const auto yv = dsa::make_view(y.data(), {t, w.out});
+    if (packed) {
+      dsa::fp8_linear(be, xv, w.packed(c), sv, yv);
+    } else {
+      dsa::fp8_linear(be, xv, w.view(c), sv, yv);
+    }
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
     c = (c + 1) % w.copies;
   }
   ratio_counters(state, timer, static_cast<double>(w.bytes_per_copy()), 2.0 * static_cast<double>(t) * w.in * w.out);
-  state.SetLabel(be.fp8_block_dot == dsa::fp8_dot::fp32 ? "fp32 dot" : "exact dot");
+  state.SetLabel(std::string(be.fp8_block_dot == dsa::fp8_dot::fp32 ? "fp32 dot" : "exact dot") + (packed ? ", packed" : ""));
 }
 
 void decode_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"t", "threads", "shape", "fp32", "dram"});
+  b->ArgNames({"t", "threads", "shape", "fp32", "dram", "packed"});
   for (int s = 0; s < 4; ++s) {
     for (int th : {1, 2}) {
       for (int mode : {0, 1}) {
-        for (index_t t : {1, 4}) b->Args({t, th, s, mode, 1});
+        for (index_t t : {1, 4}) {
+          for (int packed : {0, 1}) b->Args({t, th, s, mode, 1, packed});
+        }
       }
     }
   }
   // The same GEMV with its weights in L3 (14.7 MB, one copy): the rate of the arithmetic alone,
   // the ceiling the stream from DRAM can approach.
   for (int mode : {0, 1}) {
-    for (index_t t : {1, 4}) b->Args({t, 1, 0, mode, 0});
+    for (index_t t : {1, 4}) {
+      for (int packed : {0, 1}) b->Args({t, 1, 0, mode, 0, packed});
+    }
   }
   b->UseRealTime()->MinTime(0.3)->Unit(benchmark::kMillisecond);
 }
 BENCHMARK(BM_fp8_linear)->Name("BM_fp8_linear_decode")->Apply(decode_args);
 
 void prefill_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"t", "threads", "shape", "fp32", "dram"});
+  b->ArgNames({"t", "threads", "shape", "fp32", "dram", "packed"});
   for (int th : {1, 2}) {
     for (int mode : {0, 1}) {
-      for (index_t t : {64, 256}) b->Args({t, th, 0, mode, 0});
+      for (index_t t : {64, 256}) {
+        for (int packed : {0, 1}) b->Args({t, th, 0, mode, 0, packed});
+      }
     }
   }
   b->UseRealTime()->MinTime(0.5)->Unit(benchmark::kMillisecond);
@@ -302,7 +329,8 @@ BENCHMARK(BM_fp8_linear)->Name("BM_fp8_linear_prefill")->Apply(prefill_args);
 // The two halves of the fp32-mode GEMV (t = 1) apart, on 16 rows x 7168 codes held in L2: the
 // decode of the codes into pair tiles (decode_pair_tile) and the micro-kernel over the tiles
 // (gemv_micro). GB/s counts the codes; 1 / (1 / decode + 1 / micro) is the rate the GEMV's
-// arithmetic allows, the ceiling of its stream from DRAM. Arg: 0 decode, 1 micro-kernel.
+// arithmetic allows, the ceiling of its stream from DRAM. Arg: 0 decode, 1 micro-kernel, 2 decode
+// from a packed weight (decode_packed_tile).
 void BM_fp8_gemv_parts(benchmark::State& state) {
   namespace li = dsa::cpu_detail::linear_impl;
   constexpr index_t nr = li::fp8_shape<float>::gemv_nr, in = 7168, nb = li::gemv_max_nb;
@@ -311,14 +339,17 @@ void BM_fp8_gemv_parts(benchmark::State& state) {
   std::vector<std::uint32_t, Eigen::aligned_allocator<std::uint32_t>> pt(static_cast<std::size_t>(nb * tile_stride));
   std::vector<float> x(in, 0x1p-8f), d(static_cast<std::size_t>(nb * nr));
   const std::uint8_t* rows[nr];
-  const bool decode = state.range(0) == 0;
+  const int part = static_cast<int>(state.range(0));
+  const dsa::packed_fp8_weight packed = dsa::pack_fp8_weight(dsa::cpu_backend{1}, dsa::make_view(w.copy(0), {nr, in}));
   for (auto _ : state) {
     for (index_t kb = 0; kb < in / li::block; kb += nb) {
-      if (decode) {
+      if (part == 0) {
         for (index_t b = 0; b < nb; ++b) {
           for (index_t j = 0; j < nr; ++j) rows[j] = li::code_bytes(w.copy(0) + j * in + (kb + b) * li::block);
           li::decode_pair_tile<nr>(rows, pt.data() + b * tile_stride);
         }
+      } else if (part == 2) {
+        for (index_t b = 0; b < nb; ++b) li::decode_packed_tile<nr>(packed, 0, kb + b, pt.data() + b * tile_stride);
       } else {
         li::gemv_micro<float, 1, nr, nb>(x.data() + kb * li::block, in, pt.data(), tile_stride, d.data());
       }
@@ -326,9 +357,9 @@ void BM_fp8_gemv_parts(benchmark::State& state) {
     }
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * nr * in);
-  state.SetLabel(decode ? "decode_pair_tile" : "gemv_micro");
+  state.SetLabel(part == 0 ? "decode_pair_tile" : part == 2 ? "decode_packed_tile" : "gemv_micro");
 }
-BENCHMARK(BM_fp8_gemv_parts)->ArgName("part")->Arg(0)->Arg(1)->MinTime(0.3);
+BENCHMARK(BM_fp8_gemv_parts)->ArgName("part")->Arg(0)->Arg(1)->Arg(2)->MinTime(0.3);
 
 // Baseline: Eigen fp32 GEMM (GEMV for t = 1) of the expert shape with dequantized fp32 weights
 // (cached), output columns split over the same threads.

@@ -38,6 +38,11 @@ struct cpu_backend {
   std::size_t streaming_store_bytes = 0;
   /// The k-block sum of fp8_linear (see fp8_dot). docs/decisions.md says why exact is the default.
   fp8_dot fp8_block_dot = fp8_dot::exact;
+  /// Whether dsa::model::transformer packs its FP8 weights for the CPU kernels when it is built
+  /// (dsa/cpu/packed_fp8_weight.hpp): the same results, a decode GEMV up to 1.4x faster, and a
+  /// second copy of the FP8 weights in memory (docs/decisions.md). The ops themselves take a
+  /// packed weight only when given one.
+  bool pack_fp8_weights = true;
 };
 
 /// The default CPU backend value: dsa::op(dsa::cpu, ...); dsa::cpu_backend{2} for two threads.

@@ -48,6 +48,7 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/cpu/fp8_quant.hpp"
+#include "dsa/cpu/packed_fp8_weight.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/cpu/prefetch.hpp"
 #include "dsa/numerics/fp8_quant.hpp"
@@ -115,6 +116,7 @@ inline constexpr index_t lanes = vec_bytes / static_cast<index_t>(sizeof(T));
 
 /// Rows per decoder group: one vector of fp32 lanes (the pair tile's row unit).
 inline constexpr index_t group_rows = lanes<float>;
+static_assert(group_rows == packed_fp8_group_rows, "cpu/packed_fp8_weight.hpp and cpu/linear.hpp disagree on the vector width");
 
 // Panel widths (outputs per tile: a divisor of 128 and a multiple of group_rows), rows per
 // micro-kernel call (prefill) and k-blocks per step (decode), chosen so that the accumulators
@@ -259,6 +261,14 @@ DSA_FORCEINLINE __m512i decode_high_bytes(__m512i u) {
   return bits;
 }
 
+// One quad (dword j: codes 4q..4q+3 of row j) into the pair vectors A (low bytes: codes 4q,
+// 4q + 2) and B (high bytes: 4q + 1, 4q + 3) at pt and pt + 16.
+template <bool Special>
+DSA_FORCEINLINE void decode_quad16(__m512i quad, std::uint32_t* pt) {
+  _mm512_store_si512(pt, decode_high_bytes<Special>(_mm512_slli_epi16(quad, 8)));
+  _mm512_store_si512(pt + 16, decode_high_bytes<Special>(quad));
+}
+
 // 16 rows x 64 codes (r[j]: row j) into quads [0, 16) of a group's pair tile: transposed as a
 // 16 x 16 matrix of 4-code dwords (unpacks, then 128-bit lane shuffles); dword column c holds
 // codes 4c..4c+3 of every row, and its high bytes (codes 4c + 1, 4c + 3) and low bytes (4c,
@@ -278,10 +288,7 @@ DSA_FORCEINLINE void decode_group16(const __m512i* r, std::uint32_t* pt) {
     u[4 * q + 2] = _mm512_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
     u[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
   }
-  auto column = [&](__m512i col, index_t c) {
-    _mm512_store_si512(pt + (2 * c) * 16, decode_high_bytes<Special>(_mm512_slli_epi16(col, 8)));
-    _mm512_store_si512(pt + (2 * c + 1) * 16, decode_high_bytes<Special>(col));
-  };
+  auto column = [&](__m512i col, index_t c) { decode_quad16<Special>(col, pt + (2 * c) * 16); };
   for (int c = 0; c < 4; ++c) {
     const __m512i s0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88);
     const __m512i s1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);
@@ -320,6 +327,13 @@ DSA_FORCEINLINE __m256i decode_high_bytes8(__m256i u) {
   return bits;
 }
 
+// decode_quad16 for 8 rows.
+template <bool Special>
+DSA_FORCEINLINE void decode_quad8(__m256i quad, std::uint32_t* pt) {
+  _mm256_store_si256(reinterpret_cast<__m256i*>(pt), decode_high_bytes8<Special>(_mm256_slli_epi16(quad, 8)));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(pt + 8), decode_high_bytes8<Special>(quad));
+}
+
 // 8 rows x 32 codes into quads [0, 8) of a group's pair tile, as decode_group16.
 template <bool Special>
 DSA_FORCEINLINE void decode_group8(const __m256i* r, std::uint32_t* pt) {
@@ -334,10 +348,7 @@ DSA_FORCEINLINE void decode_group8(const __m256i* r, std::uint32_t* pt) {
     u[4 * q + 2] = _mm256_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
     u[4 * q + 3] = _mm256_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
   }
-  auto column = [&](__m256i col, index_t c) {
-    _mm256_store_si256(reinterpret_cast<__m256i*>(pt + (2 * c) * 8), decode_high_bytes8<Special>(_mm256_slli_epi16(col, 8)));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(pt + (2 * c + 1) * 8), decode_high_bytes8<Special>(col));
-  };
+  auto column = [&](__m256i col, index_t c) { decode_quad8<Special>(col, pt + (2 * c) * 8); };
   for (int c = 0; c < 4; ++c) {
     column(_mm256_permute2x128_si256(u[c], u[4 + c], 0x20), c);
     column(_mm256_permute2x128_si256(u[c], u[4 + c], 0x31), 4 + c);
@@ -417,6 +428,109 @@ DSA_FORCEINLINE void decode_pair_tile(const std::uint8_t* const* rows, std::uint
   }
 #endif
 }
+
+/// How far ahead in the packed stream the decoders ask for the codes (into L2), in bytes.
+#ifndef DSA_PF_BYTES
+#define DSA_PF_BYTES 16384
+#endif
+inline constexpr std::uintptr_t packed_tile_prefetch = DSA_PF_BYTES;
+
+/// The pair tile of one block for NR rows from a packed weight (cpu/packed_fp8_weight.hpp):
+/// groups g0 .. g0 + NR / group_rows - 1, block kb. The quads are loaded as they are (no
+/// transposition) and only the quad ranges the packing marked take the slow decode.
+template <index_t NR>
+DSA_FORCEINLINE void decode_packed_tile(const packed_fp8_weight& w, index_t g0, index_t kb,
+                                        std::uint32_t* DSA_RESTRICT pt) {
+  static_assert(NR % group_rows == 0);
+  for (index_t g = 0; g < NR / group_rows; ++g) {
+    const std::uint8_t* src = w.block_codes(g0 + g, kb);
+    const index_t stride = w.quad_stride(kb);
+    const unsigned special = w.special(g0 + g, kb);
+    std::uint32_t* dst = pt + g * pair_tile_dwords;
+#if DSA_LINEAR_AVX512
+    for (index_t h = 0; h < 2; ++h) {
+      const std::uint8_t* s = src + h * 16 * stride;
+      std::uint32_t* d = dst + h * 16 * 2 * 16;
+      for (int c = 0; c < 16; ++c) {
+        _mm_prefetch(static_cast<const char*>(prefetch_address(s + c * stride, packed_tile_prefetch)), _MM_HINT_T1);
+      }
+      if (((special >> (2 * h)) & 3u) == 0) {
+        for (int c = 0; c < 16; ++c) decode_quad16<false>(_mm512_loadu_si512(static_cast<const void*>(s + c * stride)), d + 2 * c * 16);
+      } else {
+        for (int c = 0; c < 16; ++c) decode_quad16<true>(_mm512_loadu_si512(static_cast<const void*>(s + c * stride)), d + 2 * c * 16);
+      }
+    }
+#elif DSA_LINEAR_AVX2
+    for (index_t h = 0; h < 4; ++h) {
+      const std::uint8_t* s = src + h * 8 * stride;
+      std::uint32_t* d = dst + h * 8 * 2 * 8;
+      for (int c = 0; c < 8; ++c) {
+        _mm_prefetch(static_cast<const char*>(prefetch_address(s + c * stride, packed_tile_prefetch)), _MM_HINT_T1);
+      }
+      if (((special >> h) & 1u) == 0) {
+        for (int c = 0; c < 8; ++c) decode_quad8<false>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + c * stride)), d + 2 * c * 8);
+      } else {
+        for (int c = 0; c < 8; ++c) decode_quad8<true>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + c * stride)), d + 2 * c * 8);
+      }
+    }
+#else
+    (void)special;
+    const std::uint16_t* bf = e4m3_tile_bf16();
+    constexpr index_t G = group_rows;
+    for (index_t q = 0; q < quads; ++q) {
+      for (index_t j = 0; j < G; ++j) {
+        const std::uint8_t* c = src + q * stride + j * 4;
+        dst[(2 * q) * G + j] = bf[c[0]] | (static_cast<std::uint32_t>(bf[c[2]]) << 16);
+        dst[(2 * q + 1) * G + j] = bf[c[1]] | (static_cast<std::uint32_t>(bf[c[3]]) << 16);
+      }
+    }
+#endif
+  }
+}
+
+#if DSA_LINEAR_AVX512
+/// Decode with one row in the fp32 mode from a packed weight: d[b * 16 + j] = the fp32 block
+/// dot of group g, block kb0 + b, for the NB blocks of one run. Each
+/// quad is decoded and multiplied in registers (the pair tile is never stored): the same values
+/// in the same order as decode_packed_tile followed by gemv_micro<float, 1, 16, NB>.
+template <int NB>
+DSA_FORCEINLINE void packed_gemv1_fp32(const packed_fp8_weight& w, index_t g, index_t kb0, const float* DSA_RESTRICT x,
+                                       float* DSA_RESTRICT d) {
+  const std::uint8_t* src[NB];
+  __m512 acc[NB];
+  const index_t stride = w.quad_stride(kb0);
+  for (int b = 0; b < NB; ++b) {
+    src[b] = w.block_codes(g, kb0 + b);
+    acc[b] = _mm512_setzero_ps();
+  }
+  unsigned special[NB];
+  for (int b = 0; b < NB; ++b) special[b] = w.special(g, kb0 + b);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+#pragma GCC unroll 2
+  for (index_t q = 0; q < quads; ++q) {
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; ++b) {
+      const std::uint8_t* s = src[b] + q * stride;
+      _mm_prefetch(static_cast<const char*>(prefetch_address(s, packed_tile_prefetch)), _MM_HINT_T1);
+      const __m512i quad = _mm512_loadu_si512(static_cast<const void*>(s));
+      __m512i a, c;  // codes (4q, 4q + 2) and (4q + 1, 4q + 3)
+      if (((special[b] >> (q / 8)) & 1u) == 0) {
+        a = decode_high_bytes<false>(_mm512_slli_epi16(quad, 8));
+        c = decode_high_bytes<false>(quad);
+      } else {
+        a = decode_high_bytes<true>(_mm512_slli_epi16(quad, 8));
+        c = decode_high_bytes<true>(quad);
+      }
+      const float* xk = x + b * block + 4 * q;
+      acc[b] = _mm512_fmadd_ps(_mm512_set1_ps(xk[0]), _mm512_castsi512_ps(_mm512_slli_epi32(a, 16)), acc[b]);
+      acc[b] = _mm512_fmadd_ps(_mm512_set1_ps(xk[1]), _mm512_castsi512_ps(_mm512_slli_epi32(c, 16)), acc[b]);
+      acc[b] = _mm512_fmadd_ps(_mm512_set1_ps(xk[2]), _mm512_castsi512_ps(_mm512_and_si512(a, high)), acc[b]);
+      acc[b] = _mm512_fmadd_ps(_mm512_set1_ps(xk[3]), _mm512_castsi512_ps(_mm512_and_si512(c, high)), acc[b]);
+    }
+  }
+  for (int b = 0; b < NB; ++b) _mm512_store_ps(d + b * 16, acc[b]);
+}
+#endif
 
 /// The fp32 values of a pair vector: (low halves, high halves), i.e. codes (4q, 4q + 2) of A or
 /// (4q + 1, 4q + 3) of B for every row of the group.
@@ -685,6 +799,59 @@ struct panel_rows {
   }
 };
 
+/// Where a driver's pair tiles come from: the checkpoint's row-major codes (transposed and
+/// scanned for slow codes on the fly) or a packed weight (loaded as they are). panel(n0) selects
+/// the NR outputs from n0, tile(kb, pt) decodes their block kb.
+template <index_t NR>
+struct row_major_tiles {
+  const tensor_view<const fp8_e4m3, 2>& w;
+  panel_rows<NR> rows{};
+  void panel(index_t n0) { rows.init(w, n0); }
+  void tile(index_t kb, std::uint32_t* pt) { decode_pair_tile<NR>(rows.block_rows(kb), pt); }
+  template <class T>
+  bool gemv1(index_t, int, const T*, float*) {
+    return false;
+  }
+};
+template <index_t NR>
+struct packed_tiles {
+  const packed_fp8_weight& w;
+  index_t g0 = 0;
+  void panel(index_t n0) { g0 = n0 / group_rows; }
+  void tile(index_t kb, std::uint32_t* pt) { decode_packed_tile<NR>(w, g0, kb, pt); }
+  /// The fp32 block dots of one row for blocks [kb0, kb0 + nb) into d without a pair tile, when
+  /// this build, mode and step allow (else false, and the caller takes the tile path).
+  template <class T>
+  bool gemv1(index_t kb0, int nb, const T* x, float* d) {
+#if DSA_LINEAR_AVX512
+    if constexpr (std::is_same_v<T, float> && NR == 16 && gemv_max_nb == 4) {
+      // The kernel reads the step's blocks as one run (kb0 is a multiple of 4 here).
+      if (kb0 % packed_fp8_weight::block_run != 0 || w.quad_stride(kb0) != nb * 4 * group_rows) return false;
+      switch (nb) {
+        case 4: packed_gemv1_fp32<4>(w, g0, kb0, x, d); return true;
+        case 3: packed_gemv1_fp32<3>(w, g0, kb0, x, d); return true;
+        case 2: packed_gemv1_fp32<2>(w, g0, kb0, x, d); return true;
+        default: packed_gemv1_fp32<1>(w, g0, kb0, x, d); return true;
+      }
+    }
+#endif
+    (void)kb0, (void)nb, (void)x, (void)d;
+    return false;
+  }
+};
+template <index_t NR>
+row_major_tiles<NR> tiles_of(const tensor_view<const fp8_e4m3, 2>& w) {
+  return {w};
+}
+template <index_t NR>
+packed_tiles<NR> tiles_of(const packed_fp8_weight& w) {
+  return {w};
+}
+inline index_t out_features(const tensor_view<const fp8_e4m3, 2>& w) { return w.extent(0); }
+inline index_t out_features(const packed_fp8_weight& w) { return w.out_features(); }
+inline index_t in_features(const tensor_view<const fp8_e4m3, 2>& w) { return w.extent(1); }
+inline index_t in_features(const packed_fp8_weight& w) { return w.in_features(); }
+
 template <class O>
 void store_panel(const tensor_view<O, 2>& y, index_t y0, index_t rows, index_t n0, index_t nn, const float* acc,
                  index_t nr) {
@@ -698,11 +865,11 @@ void store_panel(const tensor_view<O, 2>& y, index_t y0, index_t rows, index_t n
 /// Decode (t <= 4 rows): panels of NR outputs split over threads; each panel walks the k-blocks
 /// nb at a time: nb pair tiles, one micro-kernel call for all rows, then every block's
 /// promotion in ascending order.
-template <class T, index_t NR, class O>
-void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, const tensor_view<const fp8_e4m3, 2>& w,
+template <class T, index_t NR, class Codes, class O>
+void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, const Codes& w,
               const tensor_view<const float, 2>& ws, const tensor_view<O, 2>& y) {
-  const index_t in = w.extent(1);
-  const index_t out = w.extent(0);
+  const index_t in = in_features(w);
+  const index_t out = out_features(w);
   const index_t nkb = in / block;
   const index_t panels = (out + NR - 1) / NR;
   const int nb_max = gemv_nb<T>(t);
@@ -711,16 +878,18 @@ void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, co
     std::uint32_t* pt = scratch<std::uint32_t, 1>(static_cast<std::size_t>(gemv_max_nb * tile_stride));
     float* d = scratch<float, 2>(static_cast<std::size_t>(gemv_max_nb * 4 * NR));
     alignas(64) float acc[4 * NR];
-    panel_rows<NR> rows;
+    auto tiles = tiles_of<NR>(w);
     for (index_t p = p0; p < p1; ++p) {
       const index_t n0 = p * NR;
-      rows.init(w, n0);
+      tiles.panel(n0);
       std::fill(acc, acc + t * NR, 0.0f);
       const float* wsr = ws.row(n0 / block);
       for (index_t kb0 = 0; kb0 < nkb; kb0 += nb_max) {
         const int nb = static_cast<int>(std::min<index_t>(nb_max, nkb - kb0));
-        for (int b = 0; b < nb; ++b) decode_pair_tile<NR>(rows.block_rows(kb0 + b), pt + b * tile_stride);
-        gemv_micro_dispatch<T, NR, 4, gemv_max_nb>(static_cast<int>(t), nb, xv + kb0 * block, in, pt, tile_stride, d);
+        if (t != 1 || !tiles.gemv1(kb0, nb, xv + kb0 * block, d)) {
+          for (int b = 0; b < nb; ++b) tiles.tile(kb0 + b, pt + b * tile_stride);
+          gemv_micro_dispatch<T, NR, 4, gemv_max_nb>(static_cast<int>(t), nb, xv + kb0 * block, in, pt, tile_stride, d);
+        }
         for (int b = 0; b < nb; ++b) {
           const float wscale = wsr[kb0 + b];
           for (index_t i = 0; i < t; ++i) {
@@ -742,11 +911,11 @@ void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, co
 /// y.row(y0 + i). Panels of NR outputs split over threads; per panel and block: the pair tile,
 /// widened once into a T tile, then MR rows at a time through the micro-kernel and the
 /// promotion.
-template <class T, index_t NR, int MR, class O>
-void fp8_gemm(const cpu_backend& be, const T* xv, const float* xs, index_t rows, const tensor_view<const fp8_e4m3, 2>& w,
+template <class T, index_t NR, int MR, class Codes, class O>
+void fp8_gemm(const cpu_backend& be, const T* xv, const float* xs, index_t rows, const Codes& w,
               const tensor_view<const float, 2>& ws, const tensor_view<O, 2>& y, index_t y0) {
-  const index_t in = w.extent(1);
-  const index_t out = w.extent(0);
+  const index_t in = in_features(w);
+  const index_t out = out_features(w);
   const index_t nkb = in / block;
   const index_t panels = (out + NR - 1) / NR;
   parallel_for(be, panels, 1, [&](index_t p0, index_t p1) {
@@ -754,14 +923,14 @@ void fp8_gemm(const cpu_backend& be, const T* xv, const float* xs, index_t rows,
     T* tile = scratch<T, 3>(static_cast<std::size_t>(block * NR));
     float* d = scratch<float, 2>(static_cast<std::size_t>(MR * NR));
     float* acc = scratch<float, 4>(static_cast<std::size_t>(rows * NR));
-    panel_rows<NR> prow;
+    auto tiles = tiles_of<NR>(w);
     for (index_t p = p0; p < p1; ++p) {
       const index_t n0 = p * NR;
-      prow.init(w, n0);
+      tiles.panel(n0);
       std::fill(acc, acc + rows * NR, 0.0f);
       const float* wsr = ws.row(n0 / block);
       for (index_t kb = 0; kb < nkb; ++kb) {
-        decode_pair_tile<NR>(prow.block_rows(kb), pt);
+        tiles.tile(kb, pt);
         widen_tile<T, NR>(pt, tile);
         const float wscale = wsr[kb];
         for (index_t i0 = 0; i0 < rows; i0 += MR) {
@@ -777,8 +946,8 @@ void fp8_gemm(const cpu_backend& be, const T* xv, const float* xs, index_t rows,
   });
 }
 
-template <class T, class X, class O>
-void fp8_linear_run(const cpu_backend& be, const tensor_view<const X, 2>& x, const tensor_view<const fp8_e4m3, 2>& w,
+template <class T, class X, class Codes, class O>
+void fp8_linear_run(const cpu_backend& be, const tensor_view<const X, 2>& x, const Codes& w,
                     const tensor_view<const float, 2>& ws, const tensor_view<O, 2>& y, scale_format fmt) {
   using shape = fp8_shape<T>;
   const index_t t = x.extent(0);
@@ -1046,6 +1215,34 @@ struct op_impl<cpu_backend, fp8_linear_op> {
     }
   }
 };
+
+/// y [t, out] = x [t, in] . dequant(w)^T as dsa::fp8_linear, with w packed by pack_fp8_weight
+/// (cpu/packed_fp8_weight.hpp): the same bits as fp8_linear with the weight it was packed from,
+/// in both block-dot modes, without transposing the codes on every call (the decode GEMV's
+/// largest cost). Argument checks and errors as fp8_linear's.
+template <class XT, class O>
+void fp8_linear(const cpu_backend& be, host_view<XT, 2> x, const packed_fp8_weight& w, host_view<const float, 2> w_scale,
+                host_view<O, 2> y, scale_format act_format = scale_format::ue8m0) {
+  static_assert(dense_detail::is_bf16_or_float<XT>, "dsa::fp8_linear: x must hold dsa::bf16 or float");
+  static_assert(std::is_same_v<O, bf16> || std::is_same_v<O, float>, "dsa::fp8_linear: y must hold dsa::bf16 or float");
+  using X = std::remove_const_t<XT>;
+  constexpr std::string_view op = "fp8_linear";
+  const host_view<const X, 2> xc(x.data_handle(), x.extents(), x.strides());
+  if (w.group_rows() != packed_fp8_group_rows) {
+    fail(op, "w.group_rows()", w.group_rows(), "the rows per group of this build's vectors (packed by code built for other ones)");
+  }
+  dense_detail::check_fp8_linear_operands(op, xc, w.out_features(), w_scale, y, act_format);
+  if (w.in_features() != xc.extent(1)) fail(op, "w.in_features()", w.in_features(), "x.extent(1), the input features");
+  if (y.empty()) return;
+  namespace impl = cpu_detail::linear_impl;
+  if (xc.extent(1) == 0) {
+    impl::fill_zero(be, y);
+  } else if (be.fp8_block_dot == fp8_dot::fp32) {
+    impl::fp8_linear_run<float>(be, xc, w, w_scale, y, act_format);
+  } else {
+    impl::fp8_linear_run<double>(be, xc, w, w_scale, y, act_format);
+  }
+}
 
 template <>
 struct op_impl<cpu_backend, linear_op> {

@@ -63,6 +63,33 @@
 DSA_NAMESPACE_BEGIN
 namespace model {
 
+/// Packs the FP8 projections of `w` for the CPU kernels (dsa/cpu/packed_fp8_weight.hpp): all but
+/// kv_b_proj, which the decode reads absorbed in bf16 and the prefill in head-group slices.
+/// Weights already packed are kept.
+inline void pack_fp8_weights(weights& w, const cpu_backend& be) {
+  auto pack = [&](linear_weight& lw) {
+    if (lw.fp8() && !lw.packed) lw.packed = std::make_shared<const packed_fp8_weight>(pack_fp8_weight(be, lw.q));
+  };
+  auto pack_mlp = [&](mlp_weights& m) {
+    pack(m.gate_proj);
+    pack(m.up_proj);
+    pack(m.down_proj);
+  };
+  for (layer_weights& l : w.layers) {
+    pack(l.attn.q_a_proj);
+    pack(l.attn.q_b_proj);
+    pack(l.attn.kv_a_proj_with_mqa);
+    pack(l.attn.o_proj);
+    pack(l.attn.indexer.wq_b);
+    pack(l.attn.indexer.wk);
+    if (l.mlp) pack_mlp(*l.mlp);
+    if (l.moe) {
+      for (mlp_weights& e : l.moe->experts) pack_mlp(e);
+      if (l.moe->shared_experts) pack_mlp(*l.moe->shared_experts);
+    }
+  }
+}
+
 template <class Backend>
 class transformer {
   static_assert(std::is_same_v<typename Backend::memory_space, host_space>,
@@ -79,6 +106,9 @@ class transformer {
 
   transformer(::dsa::model::weights w, Backend be) : w_(std::move(w)), be_(be) {
     settings_ = checked_layer_settings(w_.config());
+    if constexpr (std::is_same_v<Backend, cpu_backend>) {
+      if (be_.pack_fp8_weights) pack_fp8_weights(w_, be_);
+    }
     for (std::size_t l = 0; l < w_.layers.size(); ++l) decode_.push_back(std::make_unique<mla_decode_weights>());
     id_ = forward_detail::next_transformer_id();
   }

@@ -38,6 +38,7 @@
 #include "dsa/model/safetensors.hpp"
 
 DSA_NAMESPACE_BEGIN
+class packed_fp8_weight;  // dsa/cpu/packed_fp8_weight.hpp
 namespace model {
 
 /// What weights::load checks of the stored values: `finite` (the default) refuses a checkpoint
@@ -55,6 +56,10 @@ struct linear_weight {
   host_view<const fp8_e4m3, 2> q;
   host_view<const float, 2> scale;
   host_view<const bf16, 2> w;
+  /// q packed for the CPU kernels (dsa/cpu/packed_fp8_weight.hpp), or null: a CPU transformer
+  /// packs its weights when its backend asks (cpu_backend::pack_fp8_weights); rows() slices
+  /// carry no packed copy.
+  std::shared_ptr<const packed_fp8_weight> packed;
 
   bool fp8() const { return q.data_handle() != nullptr; }
   index_t out_features() const { return fp8() ? q.extent(0) : w.extent(0); }

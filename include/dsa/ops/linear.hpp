@@ -25,6 +25,34 @@ DSA_NAMESPACE_BEGIN
 struct fp8_linear_op {};
 struct linear_op {};
 
+namespace dense_detail {
+/// fp8_linear's checks of everything but the weight's codes (held as a view, or packed on the
+/// CPU: cpu/packed_fp8_weight.hpp); out = the weight's output features.
+template <class XV, class SV, class YV>
+void check_fp8_linear_operands(std::string_view op, const XV& x, index_t out, const SV& w_scale, const YV& y,
+                               scale_format act_format) {
+  check_operand(op, "x", x);
+  check_operand(op, "w_scale", w_scale);
+  check_operand(op, "y", y);
+  if (act_format != scale_format::ue8m0 && act_format != scale_format::fp32) {
+    fail(op, "act_format", static_cast<int>(act_format), "scale_format::ue8m0 or scale_format::fp32");
+  }
+  const index_t t = x.extent(0);
+  const index_t in = x.extent(1);
+  if (in % fp8_linear_block != 0) {
+    fail(op, "x.extent(1)", in, "a multiple of 128 (the activation quantization group and weight block)");
+  }
+  const index_t nb_out = (out + fp8_linear_block - 1) / fp8_linear_block;
+  check_extent(op, "w_scale", w_scale, 0, nb_out, "ceil(w.extent(0) / 128)");
+  check_extent(op, "w_scale", w_scale, 1, in / fp8_linear_block, "x.extent(1) / 128");
+  check_extent(op, "y", y, 0, t, "x.extent(0), the tokens");
+  check_extent(op, "y", y, 1, out, "w.extent(0), the output features");
+  detail::check_disjoint_rows(op, "y", y);
+  detail::check_no_overlap(op, "y", y, "x", x, false);
+  detail::check_no_overlap(op, "y", y, "w_scale", w_scale, false);
+}
+}  // namespace dense_detail
+
 /// y [t, out] = x [t, in] . dequant(w)^T with DeepSeek's FP8 rounding points:
 ///   x (bf16 or float) is quantized per 1 x 128 group with `act_format` scales (ue8m0 = V3.2's
 ///   scale_fmt), w [out, in] holds e4m3 codes with fp32 block multipliers
@@ -45,29 +73,10 @@ void fp8_linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_
   using space = typename B::memory_space;
   constexpr std::string_view op = "fp8_linear";
   const tensor_view<const X, 2, space> xc(x.data_handle(), x.extents(), x.strides());
-  dense_detail::check_operand(op, "x", xc);
   dense_detail::check_operand(op, "w", w);
-  dense_detail::check_operand(op, "w_scale", w_scale);
-  dense_detail::check_operand(op, "y", y);
-  if (act_format != scale_format::ue8m0 && act_format != scale_format::fp32) {
-    fail(op, "act_format", static_cast<int>(act_format), "scale_format::ue8m0 or scale_format::fp32");
-  }
-  const index_t t = xc.extent(0);
-  const index_t in = xc.extent(1);
-  const index_t out = w.extent(0);
-  if (in % fp8_linear_block != 0) {
-    fail(op, "x.extent(1)", in, "a multiple of 128 (the activation quantization group and weight block)");
-  }
-  check_extent(op, "w", w, 1, in, "x.extent(1), the input features");
-  const index_t nb_out = (out + fp8_linear_block - 1) / fp8_linear_block;
-  check_extent(op, "w_scale", w_scale, 0, nb_out, "ceil(w.extent(0) / 128)");
-  check_extent(op, "w_scale", w_scale, 1, in / fp8_linear_block, "x.extent(1) / 128");
-  check_extent(op, "y", y, 0, t, "x.extent(0), the tokens");
-  check_extent(op, "y", y, 1, out, "w.extent(0), the output features");
-  detail::check_disjoint_rows(op, "y", y);
-  detail::check_no_overlap(op, "y", y, "x", xc, false);
+  dense_detail::check_fp8_linear_operands(op, xc, w.extent(0), w_scale, y, act_format);
+  check_extent(op, "w", w, 1, xc.extent(1), "x.extent(1), the input features");
   detail::check_no_overlap(op, "y", y, "w", w, false);
-  detail::check_no_overlap(op, "y", y, "w_scale", w_scale, false);
   if (y.empty()) return;
   dispatch<fp8_linear_op>(be, xc, tensor_view<const fp8_e4m3, 2, space>(w), tensor_view<const float, 2, space>(w_scale),
                           y, act_format);

@@ -121,6 +121,12 @@ template <class B, class XT, class O>
 void project(const layer_context<B>& ctx, tensor_view<XT, 2, typename B::memory_space> x, const linear_weight& w,
              out_view<B, O, 2> y) {
   if (w.fp8()) {
+    if constexpr (std::is_same_v<B, cpu_backend>) {
+      if (w.packed) {
+        fp8_linear(ctx.be, x, *w.packed, w.scale, y, ctx.act_format);  // dsa/cpu/linear.hpp
+        return;
+      }
+    }
     fp8_linear(ctx.be, x, w.q, w.scale, y, ctx.act_format);
   } else {
     linear(ctx.be, x, w.w, y);

@@ -1,0 +1,148 @@
+// An FP8 weight rearranged once for the CPU fp8_linear kernels (what llama.cpp calls repacking
+// and oneDNN a prepacked weight).
+//
+// fp8_linear's kernels multiply G output rows at a time (G = packed_fp8_group_rows, the fp32
+// lanes of the widest vector: 16 with AVX-512, 8 with AVX, 4 otherwise) and sum every lane in
+// ascending k, so each step needs one vector holding the same four codes k..k+3 of G rows. From
+// the checkpoint's row-major [out, in] codes that vector is a 16 x 16 transposition of dwords per
+// 1024 codes (64 shuffles, all on one port of x86 cores) plus a scan for the codes that need the
+// slow decode (subnormal, zero, NaN): together about half of the GEMV's arithmetic, which is what
+// kept the decode GEMV under the memory's rate (docs/performance.md). The packed form stores the
+// codes in that order, so the kernels load each vector as it is, and records which groups hold a
+// slow code. Same bytes, same results: fp8_linear with a packed weight gives the bits of
+// fp8_linear with the original, in both block-dot modes (tested).
+//
+// Layout (G rows per group, nkb = in / 128 blocks, rows padded to a multiple of 64 with the code
+// of 1.0, whose outputs are never stored): per group of G rows, the blocks in runs of R = 4
+// (the last run shorter when nkb % 4 != 0); per run, the 32 code quads; per quad, the run's
+// blocks; per block, the G rows' dwords. The byte of row r = g·G + j and column
+// k = 128·(4u + b) + 4·q + c is at g·G·in + 4u·128·G + (q·n + b)·4G + 4j + c with n the run's
+// length. The decode GEMV takes R blocks per step, so it reads its codes as one sequential
+// stream (four blocks side by side, as the rows of the checkpoint layout would be, kept the
+// hardware prefetcher and the software prefetch apart: 8-10 against 12-13 GB/s measured in a
+// model of the loop). Bit s of special(g, kb) is set when quads [8s, 8s + 8) of that group and
+// block hold a subnormal, zero or NaN code.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "dsa/core/backend.hpp"
+#include "dsa/core/checked_math.hpp"
+#include "dsa/core/error.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
+#include "dsa/cpu/parallel.hpp"
+#include "dsa/numerics/linear.hpp"
+
+DSA_NAMESPACE_BEGIN
+
+/// Rows per packed group on this build's widest vectors (see the file comment).
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+inline constexpr index_t packed_fp8_group_rows = 16;
+#elif defined(__AVX__)
+inline constexpr index_t packed_fp8_group_rows = 8;
+#else
+inline constexpr index_t packed_fp8_group_rows = 4;
+#endif
+
+/// The weight's rows are padded to a multiple of this (every panel width of the kernels).
+inline constexpr index_t packed_fp8_row_multiple = 64;
+
+class packed_fp8_weight {
+ public:
+  packed_fp8_weight() = default;
+
+  index_t out_features() const { return out_; }
+  index_t in_features() const { return in_; }
+  /// The G it was packed for; the kernels check it against their own (a weight packed by code
+  /// built for other vectors is rejected, not misread).
+  index_t group_rows() const { return g_; }
+  bool empty() const { return out_ == 0; }
+  /// Bytes held (codes and flags).
+  std::size_t bytes() const { return codes_.size() + special_.size(); }
+
+  /// Blocks per run (layout in the file comment).
+  static constexpr index_t block_run = 4;
+  /// The first quad (4G codes) of group g and block kb; quad q is at q · quad_stride(kb).
+  const std::uint8_t* block_codes(index_t g, index_t kb) const {
+    const index_t run0 = kb / block_run * block_run;
+    return codes_.data() + static_cast<std::size_t>(g * g_ * in_ + run0 * fp8_linear_block * g_ + (kb - run0) * 4 * g_);
+  }
+  /// Bytes from one quad of block kb to the next.
+  index_t quad_stride(index_t kb) const {
+    return std::min(block_run, nkb() - kb / block_run * block_run) * 4 * g_;
+  }
+  /// The slow-code bits of group g and block kb.
+  std::uint8_t special(index_t g, index_t kb) const { return special_[static_cast<std::size_t>(g * nkb() + kb)]; }
+
+ private:
+  friend packed_fp8_weight pack_fp8_weight(const cpu_backend& be, host_view<const fp8_e4m3, 2> w);
+  index_t nkb() const { return in_ / fp8_linear_block; }
+
+  index_t out_ = 0, in_ = 0, g_ = packed_fp8_group_rows;
+  std::vector<std::uint8_t, Eigen::aligned_allocator<std::uint8_t>> codes_;
+  std::vector<std::uint8_t> special_;
+};
+
+namespace cpu_detail {
+/// True for the e4m3 codes the kernels' fast decode does not cover: exponent field 0
+/// (subnormals, zeros) and NaN (0x7F, 0xFF).
+constexpr bool e4m3_needs_slow_decode(std::uint8_t c) { return (c & 0x78) == 0 || (c & 0x7F) == 0x7F; }
+}  // namespace cpu_detail
+
+/// Packs w [out, in] (in a multiple of 128, rows of unit stride) for fp8_linear; threads of
+/// `be`. Throws dsa::error naming "pack_fp8_weight" for other shapes or strides.
+inline packed_fp8_weight pack_fp8_weight(const cpu_backend& be, host_view<const fp8_e4m3, 2> w) {
+  constexpr std::string_view op = "pack_fp8_weight";
+  const index_t out = w.extent(0), in = w.extent(1);
+  if (out < 0 || in < 0) fail(op, "w.extent", out < 0 ? out : in, "non-negative extents");
+  if (in % fp8_linear_block != 0) fail(op, "w.extent(1)", in, "a multiple of 128 (the weight block)");
+  if (out > 0 && in > 0 && w.stride(1) != 1) fail(op, "w.stride(1)", w.stride(1), "1 (rows of contiguous codes)");
+  if (out > 1 && in > 0 && w.stride(0) < in) fail(op, "w.stride(0)", w.stride(0), "at least w.extent(1) (disjoint rows)");
+  constexpr index_t G = packed_fp8_group_rows;
+  packed_fp8_weight p;
+  p.out_ = out;
+  p.in_ = in;
+  if (out == 0 || in == 0) return p;
+  const index_t rows = checked_round_up(out, packed_fp8_row_multiple, op, "w.extent(0)", out, "a size whose padding fits index_t");
+  const index_t total = checked_mul(rows, in, op, "w.extent", rows, "a weight whose byte count fits index_t");
+  const index_t groups = rows / G, nkb = in / fp8_linear_block;
+  p.codes_.resize(static_cast<std::size_t>(total));
+  p.special_.assign(static_cast<std::size_t>(groups * nkb), 0);
+  static constexpr auto padding = [] {
+    std::array<std::uint8_t, fp8_linear_block> a{};
+    for (auto& c : a) c = 0x38;  // e4m3 1.0
+    return a;
+  }();
+  cpu_detail::parallel_for(be, groups, 1, [&](index_t g0, index_t g1) {
+    for (index_t g = g0; g < g1; ++g) {
+      for (index_t kb = 0; kb < nkb; ++kb) {
+        std::uint8_t* dst = p.codes_.data() + (p.block_codes(g, kb) - p.codes_.data());
+        const index_t quad_stride = p.quad_stride(kb);
+        std::uint8_t mask = 0;
+        for (index_t j = 0; j < G; ++j) {
+          const index_t r = g * G + j;
+          const std::uint8_t* src = r < out ? reinterpret_cast<const std::uint8_t*>(w.row(r)) + kb * fp8_linear_block
+                                            : padding.data();
+          for (index_t q = 0; q < fp8_linear_block / 4; ++q) {
+            std::memcpy(dst + q * quad_stride + j * 4, src + 4 * q, 4);
+            bool slow = false;
+            for (index_t c = 0; c < 4; ++c) slow |= cpu_detail::e4m3_needs_slow_decode(src[4 * q + c]);
+            if (slow) mask = static_cast<std::uint8_t>(mask | (1u << (q / 8)));
+          }
+        }
+        p.special_[static_cast<std::size_t>(g * nkb + kb)] = mask;
+      }
+    }
+  });
+  return p;
+}
+
+DSA_NAMESPACE_END
