@@ -213,6 +213,30 @@ TEST_CASE("results do not depend on the thread count") {
   }
 }
 
+TEST_CASE("packing the FP8 weights (the CPU default) changes no bit of prefill or decode, in either block-dot mode") {
+  for (auto mode : {dsa::fp8_dot::exact, dsa::fp8_dot::fp32}) {
+    CAPTURE(static_cast<int>(mode));
+    dsa::cpu_backend packed_be{2}, plain_be{2};
+    packed_be.fp8_block_dot = plain_be.fp8_block_dot = mode;
+    plain_be.pack_fp8_weights = false;
+    auto packed = model_t::load(tiny_dir, packed_be);
+    auto plain = model_t::load(tiny_dir, plain_be);
+    const auto& attn = packed.weights().layers[0].attn;
+    CHECK(attn.q_a_proj.packed != nullptr);
+    CHECK(attn.kv_b_proj.packed == nullptr);  // read absorbed (decode) or sliced (prefill), never whole
+    CHECK(plain.weights().layers[0].attn.q_a_proj.packed == nullptr);
+    const auto& last = packed.weights().layers.back();
+    CHECK((last.moe && last.moe->experts.front().down_proj.packed != nullptr));
+    auto sp = packed.new_sequence(84);
+    auto sq = plain.new_sequence(84);
+    CHECK(same_bits(packed.forward(sp, prompt()), plain.forward(sq, prompt())));
+    for (int s = 0; s < 4; ++s) {
+      const std::span<const std::int64_t> tok(&generated()[static_cast<std::size_t>(s)], 1);
+      CHECK(same_bits(packed.forward(sp, tok), plain.forward(sq, tok)));
+    }
+  }
+}
+
 TEST_CASE("decode at position p (absorbed MQA) agrees with the last row of a prefill of p + 1 tokens (MHA)") {
   // The two modes are the reference's two code paths: the same mathematics with different
   // rounding points (MHA: per-head bf16 keys/values from wkv_b, one bf16 score; absorbed MQA:
