@@ -488,6 +488,37 @@ DSA_FORCEINLINE void decode_packed_tile(const packed_fp8_weight& w, index_t g0, 
   }
 }
 
+/// The pair tiles of blocks kb0 .. kb0 + nb - 1 (all in one run of the packed layout) for NR
+/// rows into pt + b * tile_stride: decode_packed_tile for each block, in the order the run stores
+/// its lines (quad by quad, the run's blocks side by side), so the codes stream sequentially.
+template <index_t NR>
+DSA_FORCEINLINE void decode_packed_run(const packed_fp8_weight& w, index_t g0, index_t kb0, int nb,
+                                       std::uint32_t* DSA_RESTRICT pt, index_t tile_stride) {
+#if DSA_LINEAR_AVX512
+  for (index_t g = 0; g < NR / group_rows; ++g) {
+    const std::uint8_t* src = w.block_codes(g0 + g, kb0);
+    const index_t stride = w.quad_stride(kb0);
+    unsigned special[packed_fp8_weight::block_run];
+    for (int b = 0; b < nb; ++b) special[b] = w.special(g0 + g, kb0 + b);
+    for (index_t q = 0; q < quads; ++q) {
+      for (int b = 0; b < nb; ++b) {
+        const std::uint8_t* s = src + q * stride + b * 64;
+        _mm_prefetch(static_cast<const char*>(prefetch_address(s, packed_tile_prefetch)), _MM_HINT_T1);
+        const __m512i quad = _mm512_loadu_si512(static_cast<const void*>(s));
+        std::uint32_t* d = pt + b * tile_stride + g * pair_tile_dwords + 2 * q * 16;
+        if (((special[b] >> (q / 8)) & 1u) == 0) {
+          decode_quad16<false>(quad, d);
+        } else {
+          decode_quad16<true>(quad, d);
+        }
+      }
+    }
+  }
+#else
+  for (int b = 0; b < nb; ++b) decode_packed_tile<NR>(w, g0, kb0 + b, pt + b * tile_stride);
+#endif
+}
+
 #if DSA_LINEAR_AVX512
 /// Decode with one row in the fp32 mode from a packed weight: d[b * 16 + j] = the fp32 block
 /// dot of group g, block kb0 + b, for the NB blocks of one run. Each
@@ -808,6 +839,9 @@ struct row_major_tiles {
   panel_rows<NR> rows{};
   void panel(index_t n0) { rows.init(w, n0); }
   void tile(index_t kb, std::uint32_t* pt) { decode_pair_tile<NR>(rows.block_rows(kb), pt); }
+  void tiles(index_t kb0, int nb, std::uint32_t* pt, index_t tile_stride) {
+    for (int b = 0; b < nb; ++b) tile(kb0 + b, pt + b * tile_stride);
+  }
   template <class T>
   bool gemv1(index_t, int, const T*, float*) {
     return false;
@@ -819,6 +853,16 @@ struct packed_tiles {
   index_t g0 = 0;
   void panel(index_t n0) { g0 = n0 / group_rows; }
   void tile(index_t kb, std::uint32_t* pt) { decode_packed_tile<NR>(w, g0, kb, pt); }
+  /// The tiles of blocks [kb0, kb0 + nb) at pt + b * tile_stride (the decode GEMV's steps lie
+  /// within one run: nb divides the run length).
+  void tiles(index_t kb0, int nb, std::uint32_t* pt, index_t tile_stride) {
+    constexpr index_t R = packed_fp8_weight::block_run;
+    if (kb0 / R == (kb0 + nb - 1) / R) {
+      decode_packed_run<NR>(w, g0, kb0, nb, pt, tile_stride);
+    } else {
+      for (int b = 0; b < nb; ++b) tile(kb0 + b, pt + b * tile_stride);
+    }
+  }
   /// The fp32 block dots of one row for blocks [kb0, kb0 + nb) into d without a pair tile, when
   /// this build, mode and step allow (else false, and the caller takes the tile path).
   template <class T>
@@ -887,7 +931,7 @@ void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, co
       for (index_t kb0 = 0; kb0 < nkb; kb0 += nb_max) {
         const int nb = static_cast<int>(std::min<index_t>(nb_max, nkb - kb0));
         if (t != 1 || !tiles.gemv1(kb0, nb, xv + kb0 * block, d)) {
-          for (int b = 0; b < nb; ++b) tiles.tile(kb0 + b, pt + b * tile_stride);
+          tiles.tiles(kb0, nb, pt, tile_stride);
           gemv_micro_dispatch<T, NR, 4, gemv_max_nb>(static_cast<int>(t), nb, xv + kb0 * block, in, pt, tile_stride, d);
         }
         for (int b = 0; b < nb; ++b) {
