@@ -118,9 +118,11 @@ void phase_counters(benchmark::State& state, const dsa::model::phase_times& t) {
   state.counters["other_%"] = 100.0 * t.other / total;
 }
 
-dsa::cpu_backend backend(std::int64_t fp32) {
+// fp32: the block-dot mode; packed: cpu_backend::pack_fp8_weights (the default, 1).
+dsa::cpu_backend backend(std::int64_t fp32, std::int64_t packed = 1) {
   dsa::cpu_backend be{};
   be.fp8_block_dot = fp32 != 0 ? dsa::fp8_dot::fp32 : dsa::fp8_dot::exact;
+  be.pack_fp8_weights = packed != 0;
   return be;
 }
 
@@ -177,8 +179,8 @@ double decode_weight_bytes(const dsa::model::weights& w) {
   return b;
 }
 
-void decode(benchmark::State& state, const fs::path& dir) {
-  auto m = dsa::model::transformer<dsa::cpu_backend>::load(dir, backend(state.range(1)));
+void decode(benchmark::State& state, const fs::path& dir, bool packed = true) {
+  auto m = dsa::model::transformer<dsa::cpu_backend>::load(dir, backend(state.range(1), packed ? 1 : 0));
   const index_t context = state.range(0);
   auto seq = m.new_sequence(context + kDecodeSteps + 1);
   dsa::model::forward_options chunked;
@@ -220,7 +222,7 @@ BENCHMARK(BM_forward_decode_dense_baseline)
 // The golden tiny model's sizes, 64 decode steps after a 16-token prompt (the tiny-model
 // comparison): per-call overheads dominate at this width.
 void BM_forward_tiny_decode(benchmark::State& state) {
-  auto m = dsa::model::transformer<dsa::cpu_backend>::load(model_files().tiny_dir, backend(state.range(0)));
+  auto m = dsa::model::transformer<dsa::cpu_backend>::load(model_files().tiny_dir, backend(state.range(0), state.range(1)));
   auto seq = m.new_sequence(16 + 64 * 16 + 1);
   auto logits = m.forward(seq, prompt(16, m.config().vocab_size));
   m.reset_phase_times();
@@ -238,7 +240,7 @@ void BM_forward_tiny_decode(benchmark::State& state) {
   state.counters["tokens/s"] = 64.0 / median(times);
   phase_counters(state, m.phase_times());
 }
-BENCHMARK(BM_forward_tiny_decode)->ArgName("fp32")->Arg(0)->Arg(1)->Iterations(8)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_forward_tiny_decode)->ArgNames({"fp32", "packed"})->ArgsProduct({{0, 1}, {0, 1}})->Iterations(8)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // DeepSeek-V3.2's layer geometry from DSA_BENCH_V32_DIR (skipped without it).
 const char* v32_dir() { return std::getenv("DSA_BENCH_V32_DIR"); }
@@ -262,11 +264,12 @@ void BM_forward_v32_decode(benchmark::State& state) {
     state.SkipWithError("DSA_BENCH_V32_DIR is not set (a checkpoint written with the command of docs/performance.md)");
     return;
   }
-  decode(state, v32_dir());
+  decode(state, v32_dir(), state.range(2) != 0);
 }
+// Args: context, fp32, packed (cpu_backend::pack_fp8_weights).
 BENCHMARK(BM_forward_v32_decode)
-    ->ArgNames({"context", "fp32"})
-    ->ArgsProduct({{512}, {0, 1}})
+    ->ArgNames({"context", "fp32", "packed"})
+    ->ArgsProduct({{512}, {0, 1}, {0, 1}})
     ->Iterations(6)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

@@ -329,8 +329,9 @@ BENCHMARK(BM_fp8_linear)->Name("BM_fp8_linear_prefill")->Apply(prefill_args);
 // The two halves of the fp32-mode GEMV (t = 1) apart, on 16 rows x 7168 codes held in L2: the
 // decode of the codes into pair tiles (decode_pair_tile) and the micro-kernel over the tiles
 // (gemv_micro). GB/s counts the codes; 1 / (1 / decode + 1 / micro) is the rate the GEMV's
-// arithmetic allows, the ceiling of its stream from DRAM. Arg: 0 decode, 1 micro-kernel, 2 decode
-// from a packed weight (decode_packed_tile).
+// arithmetic allows, the ceiling of its stream from DRAM. Arg: 0 decode, 1 micro-kernel; from a
+// packed weight: 2 the decode of a run of blocks (decode_packed_run, the tile path's), 3 the
+// one-row fp32 GEMV that decodes and multiplies in registers (AVX-512), both halves at once.
 void BM_fp8_gemv_parts(benchmark::State& state) {
   namespace li = dsa::cpu_detail::linear_impl;
   constexpr index_t nr = li::fp8_shape<float>::gemv_nr, in = 7168, nb = li::gemv_max_nb;
@@ -349,7 +350,11 @@ void BM_fp8_gemv_parts(benchmark::State& state) {
           li::decode_pair_tile<nr>(rows, pt.data() + b * tile_stride);
         }
       } else if (part == 2) {
-        for (index_t b = 0; b < nb; ++b) li::decode_packed_tile<nr>(packed, 0, kb + b, pt.data() + b * tile_stride);
+        li::decode_packed_run<nr>(packed, 0, kb, static_cast<int>(nb), pt.data(), tile_stride);
+#if DSA_LINEAR_AVX512
+      } else if (part == 3) {
+        li::packed_gemv1_fp32<nb>(packed, 0, kb, x.data() + kb * li::block, d.data());
+#endif
       } else {
         li::gemv_micro<float, 1, nr, nb>(x.data() + kb * li::block, in, pt.data(), tile_stride, d.data());
       }
@@ -357,9 +362,10 @@ void BM_fp8_gemv_parts(benchmark::State& state) {
     }
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * nr * in);
-  state.SetLabel(part == 0 ? "decode_pair_tile" : part == 2 ? "decode_packed_tile" : "gemv_micro");
+  const char* const labels[] = {"decode_pair_tile", "gemv_micro", "decode_packed_run", "packed_gemv1_fp32"};
+  state.SetLabel(labels[part]);
 }
-BENCHMARK(BM_fp8_gemv_parts)->ArgName("part")->Arg(0)->Arg(1)->Arg(2)->MinTime(0.3);
+BENCHMARK(BM_fp8_gemv_parts)->ArgName("part")->DenseRange(0, DSA_LINEAR_AVX512 ? 3 : 2)->MinTime(0.3);
 
 // Baseline: Eigen fp32 GEMM (GEMV for t = 1) of the expert shape with dequantized fp32 weights
 // (cached), output columns split over the same threads.
