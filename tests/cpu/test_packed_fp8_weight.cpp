@@ -132,6 +132,19 @@ TEST_CASE("fp8_linear with a packed weight gives the bits of the weight it was p
   }
 }
 
+TEST_CASE("the slow-code test finds every subnormal, zero and NaN code in any byte, and nothing else") {
+  const std::uint64_t normal = 0x3838383838383838ull;  // eight codes of 1.0
+  for (int c = 0; c < 256; ++c) {
+    const bool slow = (c & 0x78) == 0 || (c & 0x7F) == 0x7F;
+    for (int byte = 0; byte < 8; ++byte) {
+      const std::uint64_t v = (normal & ~(std::uint64_t{0xFF} << (8 * byte))) | (std::uint64_t(c) << (8 * byte));
+      CAPTURE(c);
+      CAPTURE(byte);
+      CHECK(dsa::cpu_detail::e4m3_any_slow_code(v) == slow);
+    }
+  }
+}
+
 TEST_CASE("pack_fp8_weight flags exactly the quad ranges that hold a slow code") {
   const index_t out = 40, in = 640;  // 3 groups with AVX-512 (the last one padded), 5 blocks
   constexpr index_t G = dsa::packed_fp8_group_rows;

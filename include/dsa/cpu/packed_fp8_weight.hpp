@@ -92,9 +92,14 @@ class packed_fp8_weight {
 };
 
 namespace cpu_detail {
-/// True for the e4m3 codes the kernels' fast decode does not cover: exponent field 0
-/// (subnormals, zeros) and NaN (0x7F, 0xFF).
-constexpr bool e4m3_needs_slow_decode(std::uint8_t c) { return (c & 0x78) == 0 || (c & 0x7F) == 0x7F; }
+/// True when one of the 8 e4m3 codes in v is one the kernels' fast decode does not cover:
+/// exponent field 0 (subnormals, zeros) or NaN (0x7F, 0xFF). Bytewise, without a loop: a byte of
+/// (v & 0x78..) or of (v & 0x7F..) ^ 0x7F.. is zero (the exact "has a zero byte" test).
+constexpr bool e4m3_any_slow_code(std::uint64_t v) {
+  constexpr std::uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+  auto has_zero_byte = [](std::uint64_t x) { return ((x - ones) & ~x & highs) != 0; };
+  return has_zero_byte(v & 0x7878787878787878ull) || has_zero_byte((v & 0x7F7F7F7F7F7F7F7Full) ^ 0x7F7F7F7F7F7F7F7Full);
+}
 }  // namespace cpu_detail
 
 /// Packs w [out, in] (in a multiple of 128, rows of unit stride) for fp8_linear; threads of
@@ -131,11 +136,11 @@ inline packed_fp8_weight pack_fp8_weight(const cpu_backend& be, host_view<const 
           const index_t r = g * G + j;
           const std::uint8_t* src = r < out ? reinterpret_cast<const std::uint8_t*>(w.row(r)) + kb * fp8_linear_block
                                             : padding.data();
-          for (index_t q = 0; q < fp8_linear_block / 4; ++q) {
-            std::memcpy(dst + q * quad_stride + j * 4, src + 4 * q, 4);
-            bool slow = false;
-            for (index_t c = 0; c < 4; ++c) slow |= cpu_detail::e4m3_needs_slow_decode(src[4 * q + c]);
-            if (slow) mask = static_cast<std::uint8_t>(mask | (1u << (q / 8)));
+          for (index_t q = 0; q < fp8_linear_block / 4; ++q) std::memcpy(dst + q * quad_stride + j * 4, src + 4 * q, 4);
+          for (index_t c = 0; c < fp8_linear_block; c += 8) {
+            std::uint64_t v;
+            std::memcpy(&v, src + c, 8);
+            if (cpu_detail::e4m3_any_slow_code(v)) mask = static_cast<std::uint8_t>(mask | (1u << (c / 32)));
           }
         }
         p.special_[static_cast<std::size_t>(g * nkb + kb)] = mask;
