@@ -6,11 +6,11 @@
 // ascending k, so each step needs one vector holding the same four codes k..k+3 of G rows. From
 // the checkpoint's row-major [out, in] codes that vector is a 16 x 16 transposition of dwords per
 // 1024 codes (64 shuffles, all on one port of x86 cores) plus a scan for the codes that need the
-// slow decode (subnormal, zero, NaN): together about half of the GEMV's arithmetic, which is what
-// kept the decode GEMV under the memory's rate (docs/performance.md). The packed form stores the
-// codes in that order, so the kernels load each vector as it is, and records which groups hold a
-// slow code. Same bytes, same results: fp8_linear with a packed weight gives the bits of
-// fp8_linear with the original, in both block-dot modes (tested).
+// slow decode (subnormal, zero, NaN): three fifths of the decode's time (17 against 43 GB/s of
+// codes), which kept the decode GEMV under the memory's rate (docs/performance.md). The packed
+// form stores the codes in that order, so the kernels load each vector as it is, and records
+// which ranges hold a slow code. Same bytes, same results: fp8_linear with a packed weight gives
+// the bits of fp8_linear with the original, in both block-dot modes (tested).
 //
 // Layout (G rows per group, nkb = in / 128 blocks, rows padded to a multiple of 64 with the code
 // of 1.0, whose outputs are never stored): per group of G rows, the blocks in runs of R = 4
@@ -18,10 +18,10 @@
 // blocks; per block, the G rows' dwords. The byte of row r = g·G + j and column
 // k = 128·(4u + b) + 4·q + c is at g·G·in + 4u·128·G + (q·n + b)·4G + 4j + c with n the run's
 // length. The decode GEMV takes R blocks per step, so it reads its codes as one sequential
-// stream (four blocks side by side, as the rows of the checkpoint layout would be, kept the
-// hardware prefetcher and the software prefetch apart: 8-10 against 12-13 GB/s measured in a
-// model of the loop). Bit s of special(g, kb) is set when quads [8s, 8s + 8) of that group and
-// block hold a subnormal, zero or NaN code.
+// stream (with the blocks one after another, a step was four streams 2 KB apart, which the
+// prefetchers served at 8-10 GB/s against 12-13 for one stream in a model of the loop). Bit s of
+// special(g, kb) is set when quads [8s, 8s + 8) of that group and block hold a subnormal, zero or
+// NaN code.
 #pragma once
 
 #include <algorithm>
@@ -102,15 +102,15 @@ constexpr bool e4m3_any_slow_code(std::uint64_t v) {
 }
 }  // namespace cpu_detail
 
-/// Packs w [out, in] (in a multiple of 128, rows of unit stride) for fp8_linear; threads of
-/// `be`. Throws dsa::error naming "pack_fp8_weight" for other shapes or strides.
+/// Packs w [out, in] (in a multiple of 128; rows of unit inner stride, any row stride, as
+/// fp8_linear takes them) for fp8_linear; threads of `be`. Throws dsa::error naming
+/// "pack_fp8_weight" otherwise.
 inline packed_fp8_weight pack_fp8_weight(const cpu_backend& be, host_view<const fp8_e4m3, 2> w) {
   constexpr std::string_view op = "pack_fp8_weight";
+  check_valid(op, "w", w);
+  check_inner_contiguous(op, "w", w);
   const index_t out = w.extent(0), in = w.extent(1);
-  if (out < 0 || in < 0) fail(op, "w.extent", out < 0 ? out : in, "non-negative extents");
   if (in % fp8_linear_block != 0) fail(op, "w.extent(1)", in, "a multiple of 128 (the weight block)");
-  if (out > 0 && in > 0 && w.stride(1) != 1) fail(op, "w.stride(1)", w.stride(1), "1 (rows of contiguous codes)");
-  if (out > 1 && in > 0 && w.stride(0) < in) fail(op, "w.stride(0)", w.stride(0), "at least w.extent(1) (disjoint rows)");
   constexpr index_t G = packed_fp8_group_rows;
   packed_fp8_weight p;
   p.out_ = out;
