@@ -118,9 +118,10 @@ TEST_CASE("fp8_linear with a packed weight gives the bits of the weight it was p
           CAPTURE(static_cast<int>(mode));
           CAPTURE(threads);
           const dsa::cpu_backend be = backend(threads, mode);
+          // fp32 outputs only: a bf16 y is the same fp32 accumulators rounded by the store both
+          // paths share (store_panel), and each output type instantiates every kernel again.
           const std::vector<float> want = run<float>(p, be, nullptr);
           CHECK(same_bits(run<float>(p, be, &packed), want));
-          CHECK(same_bits(run<bf16>(p, be, &packed), run<bf16>(p, be, nullptr)));
           if (rate > 0.1) {
             std::size_t nans = 0;
             for (float v : want) nans += std::isnan(v) ? 1 : 0;
@@ -243,14 +244,15 @@ TEST_CASE("pack_fp8_weight takes strided rows: the same packing as of the contig
 }
 
 TEST_CASE("fp8_linear with a packed weight handles empty shapes as with the original") {
-  std::vector<bf16> x0(1), y0(3 * 5, bf16(1.0f));
+  std::vector<bf16> x0(1);
+  std::vector<float> y0(3 * 5, 1.0f);
   std::vector<fp8_e4m3> w0(1);
   std::vector<float> s0(1);
   // in = 0: every output is +0.
   const dsa::packed_fp8_weight p0 = dsa::pack_fp8_weight(dsa::cpu, dsa::make_view(w0.data(), {5, 0}));
   dsa::fp8_linear(dsa::cpu, dsa::make_view(x0.data(), {3, 0}), p0, dsa::make_view(s0.data(), {1, 0}),
                   dsa::make_view(y0.data(), {3, 5}));
-  for (const auto& v : y0) CHECK(v.bits == 0);
+  for (float v : y0) CHECK((v == 0.0f && !std::signbit(v)));
   // out = 0: an empty weight, nothing written.
   const dsa::packed_fp8_weight p1 = dsa::pack_fp8_weight(dsa::cpu, dsa::make_view(w0.data(), {0, 128}));
   CHECK(p1.empty());
