@@ -853,6 +853,10 @@ struct packed_tiles {
   index_t g0 = 0;
   void panel(index_t n0) { g0 = n0 / group_rows; }
   void tile(index_t kb, std::uint32_t* pt) { decode_packed_tile<NR>(w, g0, kb, pt); }
+  /// Whether blocks [kb0, kb0 + nb) are exactly one run of the packed layout.
+  bool whole_run(index_t kb0, int nb) const {
+    return kb0 % packed_fp8_weight::block_run == 0 && w.quad_stride(kb0) == nb * 4 * group_rows;
+  }
   /// The tiles of blocks [kb0, kb0 + nb) at pt + b * tile_stride (the decode GEMV's steps lie
   /// within one run: nb divides the run length).
   void tiles(index_t kb0, int nb, std::uint32_t* pt, index_t tile_stride) {
@@ -875,10 +879,7 @@ struct packed_tiles {
   /// prefetches.
   const std::uint8_t* ahead(index_t kb0, int nb) const {
     if constexpr (NR == group_rows) {
-      if (kb0 % packed_fp8_weight::block_run == 0 && nb == packed_fp8_weight::block_run &&
-          w.quad_stride(kb0) == nb * 4 * group_rows) {
-        return w.block_codes(g0, kb0) + packed_tile_prefetch;
-      }
+      if (nb == packed_fp8_weight::block_run && whole_run(kb0, nb)) return w.block_codes(g0, kb0) + packed_tile_prefetch;
     }
     (void)kb0, (void)nb;
     return nullptr;
@@ -889,8 +890,7 @@ struct packed_tiles {
   bool gemv1(index_t kb0, int nb, const T* x, float* d) {
 #if DSA_LINEAR_AVX512
     if constexpr (std::is_same_v<T, float> && NR == 16 && gemv_max_nb == 4) {
-      // The kernel reads the step's blocks as one run (kb0 is a multiple of 4 here).
-      if (kb0 % packed_fp8_weight::block_run != 0 || w.quad_stride(kb0) != nb * 4 * group_rows) return false;
+      if (!whole_run(kb0, nb)) return false;  // the kernel reads the step's blocks as one run
       switch (nb) {
         case 4: packed_gemv1_fp32<4>(w, g0, kb0, x, d); return true;
         case 3: packed_gemv1_fp32<3>(w, g0, kb0, x, d); return true;
@@ -1054,6 +1054,19 @@ void fill_zero(const cpu_backend& be, const tensor_view<O, 2>& y) {
       for (index_t j = 0; j < y.extent(1); ++j) yr[j] = from_float<O>(0.0f);
     }
   });
+}
+
+/// fp8_linear of either weight form in the backend's block-dot mode (in == 0: zeros).
+template <class X, class Codes, class O>
+void fp8_linear_dispatch(const cpu_backend& be, const tensor_view<const X, 2>& x, const Codes& w,
+                         const tensor_view<const float, 2>& ws, const tensor_view<O, 2>& y, scale_format fmt) {
+  if (x.extent(1) == 0) {
+    fill_zero(be, y);
+  } else if (be.fp8_block_dot == fp8_dot::fp32) {
+    fp8_linear_run<float>(be, x, w, ws, y, fmt);
+  } else {
+    fp8_linear_run<double>(be, x, w, ws, y, fmt);
+  }
 }
 
 // ---- linear -------------------------------------------------------------------------------------
@@ -1270,14 +1283,7 @@ struct op_impl<cpu_backend, fp8_linear_op> {
   template <class X, class O>
   static void run(const cpu_backend& be, tensor_view<const X, 2> x, tensor_view<const fp8_e4m3, 2> w,
                   tensor_view<const float, 2> w_scale, tensor_view<O, 2> y, scale_format act_format) {
-    namespace impl = cpu_detail::linear_impl;
-    if (x.extent(1) == 0) {
-      impl::fill_zero(be, y);
-    } else if (be.fp8_block_dot == fp8_dot::fp32) {
-      impl::fp8_linear_run<float>(be, x, w, w_scale, y, act_format);
-    } else {
-      impl::fp8_linear_run<double>(be, x, w, w_scale, y, act_format);
-    }
+    cpu_detail::linear_impl::fp8_linear_dispatch(be, x, w, w_scale, y, act_format);
   }
 };
 
@@ -1299,14 +1305,7 @@ void fp8_linear(const cpu_backend& be, host_view<XT, 2> x, const packed_fp8_weig
   dense_detail::check_fp8_linear_operands(op, xc, w.out_features(), w_scale, y, act_format);
   if (w.in_features() != xc.extent(1)) fail(op, "w.in_features()", w.in_features(), "x.extent(1), the input features");
   if (y.empty()) return;
-  namespace impl = cpu_detail::linear_impl;
-  if (xc.extent(1) == 0) {
-    impl::fill_zero(be, y);
-  } else if (be.fp8_block_dot == fp8_dot::fp32) {
-    impl::fp8_linear_run<float>(be, xc, w, w_scale, y, act_format);
-  } else {
-    impl::fp8_linear_run<double>(be, xc, w, w_scale, y, act_format);
-  }
+  cpu_detail::linear_impl::fp8_linear_dispatch(be, xc, w, w_scale, y, act_format);
 }
 
 template <>
