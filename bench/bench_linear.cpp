@@ -296,8 +296,11 @@ void decode_args(benchmark::internal::Benchmark* b) {
   for (int s = 0; s < 4; ++s) {
     for (int th : {1, 2}) {
       for (int mode : {0, 1}) {
-        for (index_t t : {1, 4}) {
-          for (int packed : {0, 1}) b->Args({t, th, s, mode, 1, packed});
+        for (index_t t : {1, 2, 3, 4}) {
+          for (int packed : {0, 1}) {
+            // t = 2, 3: the fp32 mode's packed path only (the transformer's default).
+            if ((t == 1 || t == 4) || (mode == 1 && packed == 1)) b->Args({t, th, s, mode, 1, packed});
+          }
         }
       }
     }
@@ -305,10 +308,13 @@ void decode_args(benchmark::internal::Benchmark* b) {
   // The same GEMV with its weights in L3 (14.7 MB, one copy): the rate of the arithmetic alone,
   // the ceiling the stream from DRAM can approach.
   for (int mode : {0, 1}) {
-    for (index_t t : {1, 4}) {
-      for (int packed : {0, 1}) b->Args({t, 1, 0, mode, 0, packed});
+    for (index_t t : {1, 2, 3, 4}) {
+      for (int packed : {0, 1}) {
+        if ((t == 1 || t == 4) || (mode == 1 && packed == 1)) b->Args({t, 1, 0, mode, 0, packed});
+      }
     }
   }
+  for (index_t t : {1, 2, 3, 4}) b->Args({t, 2, 0, 1, 0, 1});  // the fp32 packed path on two threads
   b->UseRealTime()->MinTime(0.3)->Unit(benchmark::kMillisecond);
 }
 BENCHMARK(BM_fp8_linear)->Name("BM_fp8_linear_decode")->Apply(decode_args);
@@ -326,46 +332,63 @@ void prefill_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_fp8_linear)->Name("BM_fp8_linear_prefill")->Apply(prefill_args);
 
-// The two halves of the fp32-mode GEMV (t = 1) apart, on 16 rows x 7168 codes held in L2: the
-// decode of the codes into pair tiles (decode_pair_tile) and the micro-kernel over the tiles
-// (gemv_micro). GB/s counts the codes; 1 / (1 / decode + 1 / micro) is the rate the GEMV's
-// arithmetic allows, the ceiling of its stream from DRAM. Arg: 0 decode, 1 micro-kernel; from a
-// packed weight: 2 the decode of a run of blocks (decode_packed_run, the tile path's), 3 the
-// one-row fp32 GEMV that decodes and multiplies in registers (AVX-512), both halves at once.
+// The parts of the fp32-mode GEMV apart, on 16 rows x 7168 codes held in L2 (GB/s counts the
+// codes): the rate its arithmetic allows, the ceiling of its stream from DRAM. Args: part, t.
+// From checkpoint rows (t = 1): 0 the decode of the codes into pair tiles (decode_pair_tile),
+// 1 the micro-kernel over the tiles (gemv_micro), so 1 / (1 / decode + 1 / micro) is the tile
+// path's rate. From a packed weight: 2 the decode of a run of blocks (decode_packed_run, t = 1);
+// 3 the GEMV that decodes and multiplies in registers (packed_gemv_fp32, AVX-512, the path the
+// fp32 mode takes) and 4 the tile path it replaced (decode_packed_run + gemv_micro), t = 1..4.
 void BM_fp8_gemv_parts(benchmark::State& state) {
   namespace li = dsa::cpu_detail::linear_impl;
   constexpr index_t nr = li::fp8_shape<float>::gemv_nr, in = 7168, nb = li::gemv_max_nb;
   constexpr index_t tile_stride = (nr / li::group_rows) * li::pair_tile_dwords;
   const fp8_pool& w = pool(0, false);  // checkpoint-like codes; the first nr rows
-  std::vector<std::uint32_t, Eigen::aligned_allocator<std::uint32_t>> pt(static_cast<std::size_t>(nb * tile_stride));
-  std::vector<float> x(in, 0x1p-8f), d(static_cast<std::size_t>(nb * nr));
-  const std::uint8_t* rows[nr];
   const int part = static_cast<int>(state.range(0));
+  const index_t t = state.range(1);
+  std::vector<std::uint32_t, Eigen::aligned_allocator<std::uint32_t>> pt(static_cast<std::size_t>(nb * tile_stride));
+  std::vector<float, Eigen::aligned_allocator<float>> x(static_cast<std::size_t>(t * in), 0x1p-8f),
+      d(static_cast<std::size_t>(nb * t * nr));  // the kernels store whole vectors
+  const std::uint8_t* rows[nr];
   const dsa::packed_fp8_weight packed = dsa::pack_fp8_weight(dsa::cpu_backend{1}, dsa::make_view(w.copy(0), {nr, in}));
   for (auto _ : state) {
     for (index_t kb = 0; kb < in / li::block; kb += nb) {
+      const float* xk = x.data() + kb * li::block;
       if (part == 0) {
         for (index_t b = 0; b < nb; ++b) {
           for (index_t j = 0; j < nr; ++j) rows[j] = li::code_bytes(w.copy(0) + j * in + (kb + b) * li::block);
           li::decode_pair_tile<nr>(rows, pt.data() + b * tile_stride);
         }
+      } else if (part == 1) {
+        li::gemv_micro<float, 1, nr, nb>(xk, in, pt.data(), tile_stride, d.data());
       } else if (part == 2) {
         li::decode_packed_run<nr>(packed, 0, kb, static_cast<int>(nb), pt.data(), tile_stride);
-#if DSA_LINEAR_AVX512
       } else if (part == 3) {
-        li::packed_gemv1_fp32<nb>(packed, 0, kb, x.data() + kb * li::block, d.data());
-#endif
+        li::packed_tiles<nr> tiles{packed};
+        if (!tiles.gemv_regs(kb, static_cast<int>(nb), t, xk, in, d.data())) state.SkipWithError("no register path");
       } else {
-        li::gemv_micro<float, 1, nr, nb>(x.data() + kb * li::block, in, pt.data(), tile_stride, d.data());
+        li::decode_packed_run<nr>(packed, 0, kb, static_cast<int>(nb), pt.data(), tile_stride);
+        li::gemv_micro_dispatch<float, nr, 4, nb>(static_cast<int>(t), static_cast<int>(nb), xk, in, pt.data(),
+                                                  tile_stride, d.data());
       }
       benchmark::ClobberMemory();
     }
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * nr * in);
-  const char* const labels[] = {"decode_pair_tile", "gemv_micro", "decode_packed_run", "packed_gemv1_fp32"};
+  const char* const labels[] = {"decode_pair_tile", "gemv_micro", "decode_packed_run", "packed_gemv_fp32",
+                                "decode_packed_run + gemv_micro"};
   state.SetLabel(labels[part]);
 }
-BENCHMARK(BM_fp8_gemv_parts)->ArgName("part")->DenseRange(0, DSA_LINEAR_AVX512 ? 3 : 2)->MinTime(0.3);
+void parts_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"part", "t"});
+  for (int part = 0; part < 3; ++part) b->Args({part, 1});
+  for (int part : {3, 4}) {
+    if (part == 3 && !DSA_LINEAR_AVX512) continue;
+    for (int t = 1; t <= 4; ++t) b->Args({part, t});
+  }
+  b->MinTime(0.3);
+}
+BENCHMARK(BM_fp8_gemv_parts)->Apply(parts_args);
 
 // Baseline: Eigen fp32 GEMM (GEMV for t = 1) of the expert shape with dequantized fp32 weights
 // (cached), output columns split over the same threads.

@@ -518,46 +518,75 @@ DSA_FORCEINLINE void decode_packed_run(const packed_fp8_weight& w, index_t g0, i
 }
 
 #if DSA_LINEAR_AVX512
-/// Decode with one row in the fp32 mode from a packed weight: d[b * 16 + j] = the fp32 block
-/// dot of group g, block kb0 + b, for the NB blocks of one run. Each quad is decoded and
-/// multiplied in registers (the pair tile is never stored): the same values in the same order as
-/// decode_packed_run followed by gemv_micro<float, 1, 16, NB>.
-template <int NB>
-DSA_FORCEINLINE void packed_gemv1_fp32(const packed_fp8_weight& w, index_t g, index_t kb0, const float* DSA_RESTRICT x,
-                                       float* DSA_RESTRICT d) {
-  const std::uint8_t* src[NB];
-  __m512 acc[NB];
-  const index_t stride = w.quad_stride(kb0);
-  for (int b = 0; b < NB; ++b) {
-    src[b] = w.block_codes(g, kb0 + b);
-    acc[b] = _mm512_setzero_ps();
-  }
-  unsigned special[NB];
-  for (int b = 0; b < NB; ++b) special[b] = w.special(g, kb0 + b);
+/// acc[i] += the products of quad q of a packed block (16 rows x codes 4q..4q+3, at s) with x
+/// row i (xk[i * ldx + 0..3]: codes 4q..4q+3 of the block), in ascending k, for MR rows.
+template <bool Special, int MR>
+DSA_FORCEINLINE void packed_quad_fp32(const std::uint8_t* s, const float* DSA_RESTRICT xk, index_t ldx, __m512* acc) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-#pragma GCC unroll 2
-  for (index_t q = 0; q < quads; ++q) {
+  _mm_prefetch(static_cast<const char*>(prefetch_address(s, packed_tile_prefetch)), _MM_HINT_T1);
+  const __m512i quad = _mm512_loadu_si512(static_cast<const void*>(s));
+  const __m512i a = decode_high_bytes<Special>(_mm512_slli_epi16(quad, 8));  // codes 4q, 4q + 2
+  const __m512i c = decode_high_bytes<Special>(quad);                         // codes 4q + 1, 4q + 3
+  const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
+  const __m512 w1 = _mm512_castsi512_ps(_mm512_slli_epi32(c, 16));
+  const __m512 w2 = _mm512_castsi512_ps(_mm512_and_si512(a, high));
+  const __m512 w3 = _mm512_castsi512_ps(_mm512_and_si512(c, high));
 #pragma GCC unroll 4
-    for (int b = 0; b < NB; ++b) {
-      const std::uint8_t* s = src[b] + q * stride;
-      _mm_prefetch(static_cast<const char*>(prefetch_address(s, packed_tile_prefetch)), _MM_HINT_T1);
-      const __m512i quad = _mm512_loadu_si512(static_cast<const void*>(s));
-      __m512i a, c;  // codes (4q, 4q + 2) and (4q + 1, 4q + 3)
-      if (((special[b] >> (q / 8)) & 1u) == 0) {
-        a = decode_high_bytes<false>(_mm512_slli_epi16(quad, 8));
-        c = decode_high_bytes<false>(quad);
-      } else {
-        a = decode_high_bytes<true>(_mm512_slli_epi16(quad, 8));
-        c = decode_high_bytes<true>(quad);
+  for (int i = 0; i < MR; ++i) {
+    const float* xi = xk + i * ldx;
+    __m512 r = acc[i];
+    r = _mm512_fmadd_ps(_mm512_set1_ps(xi[0]), w0, r);
+    r = _mm512_fmadd_ps(_mm512_set1_ps(xi[1]), w1, r);
+    r = _mm512_fmadd_ps(_mm512_set1_ps(xi[2]), w2, r);
+    r = _mm512_fmadd_ps(_mm512_set1_ps(xi[3]), w3, r);
+    acc[i] = r;
+  }
+}
+
+/// Decode with MR <= 4 rows in the fp32 mode from a packed weight: d[(b * MR + i) * 16 + j] =
+/// the fp32 block dot of row i with group g, block kb0 + b, for the NB blocks of one run. Each
+/// quad is decoded and widened in registers once for all rows (the pair tile is never stored):
+/// the same values in the same order as decode_packed_run followed by gemv_micro<float, MR, 16,
+/// NB>. With MR >= 2 the two 512-bit ports, which every decode operation and FMA needs, are the
+/// bound (5 shifts, 4 bitwise operations and 4 MR FMAs per quad), so the slow-code flags are
+/// tested once per 8 quads of the run's blocks, not per quad (the tests and branches would take
+/// port-0 slots too).
+template <int MR, int NB>
+DSA_FORCEINLINE void packed_gemv_fp32(const packed_fp8_weight& w, index_t g, index_t kb0, const float* DSA_RESTRICT x,
+                                      index_t ldx, float* DSA_RESTRICT d) {
+  const std::uint8_t* src = w.block_codes(g, kb0);  // the run: quad q of block b at src + q * stride + b * 64
+  const index_t stride = w.quad_stride(kb0);
+  __m512 acc[NB][MR];
+  unsigned special[NB], any = 0;
+  for (int b = 0; b < NB; ++b) {
+    for (int i = 0; i < MR; ++i) acc[b][i] = _mm512_setzero_ps();
+    special[b] = w.special(g, kb0 + b);
+    any |= special[b];
+  }
+  constexpr index_t flag_quads = quads / 4;  // quads per special flag bit
+  for (index_t r = 0; r < 4; ++r) {
+    if (((any >> r) & 1u) == 0) {
+#pragma GCC unroll 2
+      for (index_t q = r * flag_quads; q < (r + 1) * flag_quads; ++q) {
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; ++b) packed_quad_fp32<false, MR>(src + q * stride + b * 64, x + b * block + 4 * q, ldx, acc[b]);
       }
-      const float* xk = x + b * block + 4 * q;
-      acc[b] = _mm512_fmadd_ps(_mm512_set1_ps(xk[0]), _mm512_castsi512_ps(_mm512_slli_epi32(a, 16)), acc[b]);
-      acc[b] = _mm512_fmadd_ps(_mm512_set1_ps(xk[1]), _mm512_castsi512_ps(_mm512_slli_epi32(c, 16)), acc[b]);
-      acc[b] = _mm512_fmadd_ps(_mm512_set1_ps(xk[2]), _mm512_castsi512_ps(_mm512_and_si512(a, high)), acc[b]);
-      acc[b] = _mm512_fmadd_ps(_mm512_set1_ps(xk[3]), _mm512_castsi512_ps(_mm512_and_si512(c, high)), acc[b]);
+    } else {
+      for (index_t q = r * flag_quads; q < (r + 1) * flag_quads; ++q) {
+        for (int b = 0; b < NB; ++b) {
+          const std::uint8_t* s = src + q * stride + b * 64;
+          if (((special[b] >> r) & 1u) == 0) {
+            packed_quad_fp32<false, MR>(s, x + b * block + 4 * q, ldx, acc[b]);
+          } else {
+            packed_quad_fp32<true, MR>(s, x + b * block + 4 * q, ldx, acc[b]);
+          }
+        }
+      }
     }
   }
-  for (int b = 0; b < NB; ++b) _mm512_store_ps(d + b * 16, acc[b]);
+  for (int b = 0; b < NB; ++b) {
+    for (int i = 0; i < MR; ++i) _mm512_store_ps(d + (b * MR + i) * 16, acc[b][i]);
+  }
 }
 #endif
 
@@ -843,7 +872,7 @@ struct row_major_tiles {
   }
   const std::uint8_t* ahead(index_t, int) const { return nullptr; }
   template <class T>
-  bool gemv1(index_t, int, const T*, float*) {
+  bool gemv_regs(index_t, int, index_t, const T*, index_t, float*) {
     return false;
   }
 };
@@ -884,22 +913,29 @@ struct packed_tiles {
     (void)kb0, (void)nb;
     return nullptr;
   }
-  /// The fp32 block dots of one row for blocks [kb0, kb0 + nb) into d without a pair tile, when
-  /// this build, mode and step allow (else false, and the caller takes the tile path).
+  /// The fp32 block dots of t <= 4 rows (x: rows ldx apart) for blocks [kb0, kb0 + nb) into d
+  /// (gemv_micro's layout) without a pair tile, when this build, mode and step allow (else false,
+  /// and the caller takes the tile path).
   template <class T>
-  bool gemv1(index_t kb0, int nb, const T* x, float* d) {
+  bool gemv_regs(index_t kb0, int nb, index_t t, const T* x, index_t ldx, float* d) {
 #if DSA_LINEAR_AVX512
     if constexpr (std::is_same_v<T, float> && NR == 16 && gemv_max_nb == 4) {
       if (!whole_run(kb0, nb)) return false;  // the kernel reads the step's blocks as one run
-      switch (nb) {
-        case 4: packed_gemv1_fp32<4>(w, g0, kb0, x, d); return true;
-        case 3: packed_gemv1_fp32<3>(w, g0, kb0, x, d); return true;
-        case 2: packed_gemv1_fp32<2>(w, g0, kb0, x, d); return true;
-        default: packed_gemv1_fp32<1>(w, g0, kb0, x, d); return true;
+      // Full runs for every t; a shorter last run (in not a multiple of 512) with one row only,
+      // the tile path takes it for more (fewer instantiations, a few blocks per row).
+      switch (nb == 4 ? t : t == 1 ? -nb : 0) {
+        case 1: packed_gemv_fp32<1, 4>(w, g0, kb0, x, ldx, d); return true;
+        case 2: packed_gemv_fp32<2, 4>(w, g0, kb0, x, ldx, d); return true;
+        case 3: packed_gemv_fp32<3, 4>(w, g0, kb0, x, ldx, d); return true;
+        case 4: packed_gemv_fp32<4, 4>(w, g0, kb0, x, ldx, d); return true;
+        case -3: packed_gemv_fp32<1, 3>(w, g0, kb0, x, ldx, d); return true;
+        case -2: packed_gemv_fp32<1, 2>(w, g0, kb0, x, ldx, d); return true;
+        case -1: packed_gemv_fp32<1, 1>(w, g0, kb0, x, ldx, d); return true;
+        default: return false;
       }
     }
 #endif
-    (void)kb0, (void)nb, (void)x, (void)d;
+    (void)kb0, (void)nb, (void)t, (void)x, (void)ldx, (void)d;
     return false;
   }
 };
@@ -950,7 +986,7 @@ void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, co
       const float* wsr = ws.row(n0 / block);
       for (index_t kb0 = 0; kb0 < nkb; kb0 += nb_max) {
         const int nb = static_cast<int>(std::min<index_t>(nb_max, nkb - kb0));
-        if (t != 1 || !tiles.gemv1(kb0, nb, xv + kb0 * block, d)) {
+        if (!tiles.gemv_regs(kb0, nb, t, xv + kb0 * block, in, d)) {
           tiles.tiles(kb0, nb, pt, tile_stride);
           gemv_micro_dispatch<T, NR, 4, gemv_max_nb>(static_cast<int>(t), nb, xv + kb0 * block, in, pt, tile_stride, d,
                                                      tiles.ahead(kb0, nb));
