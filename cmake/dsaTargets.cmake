@@ -58,10 +58,12 @@ endif()
 # that run the CPU forward pass: they link dsa_cpu_transformer, which brings dsa::model, the
 # development flags and DSA_EXTERN_CPU_TRANSFORMER, instead of compiling the whole pass (every
 # layer's ops) in each translation unit -- the bulk of a model-level test's compile time, paid
-# ten times per build before (docs/decisions.md, "CI budget"). Programs compiled with other
+# ten times per build before (docs/decisions.md, "CI budget") -- and likewise the model's file
+# I/O (instances/model_io.cpp, dsa/model/io_linkage.hpp). Programs compiled with other
 # flags (the AVX-512 test variants) must not link it: they compile their own pass.
 if(DSA_BUILD_TESTS OR DSA_BUILD_TOOLS OR DSA_BUILD_EXAMPLES OR DSA_BUILD_BENCH)
-  add_library(dsa_cpu_transformer STATIC "${PROJECT_SOURCE_DIR}/instances/cpu_transformer.cpp")
+  add_library(dsa_cpu_transformer STATIC "${PROJECT_SOURCE_DIR}/instances/cpu_transformer.cpp"
+                                         "${PROJECT_SOURCE_DIR}/instances/model_io.cpp")
   target_link_libraries(dsa_cpu_transformer PUBLIC dsa::model dsa_dev_flags)
   target_compile_definitions(dsa_cpu_transformer PUBLIC DSA_EXTERN_CPU_TRANSFORMER)
 endif()

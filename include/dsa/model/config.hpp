@@ -32,6 +32,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
+#include "dsa/model/io_linkage.hpp"
 #include "dsa/model/json_structure.hpp"
 
 DSA_NAMESPACE_BEGIN
@@ -174,6 +175,7 @@ struct config {
 
 // ---- implementation -------------------------------------------------------------------------
 
+#if DSA_MODEL_IO_DEFINITIONS  // dsa/model/io_linkage.hpp
 namespace config_detail {
 
 inline constexpr std::uint64_t max_file_bytes = std::uint64_t{16} << 20;         // a real config.json is ~2 KB
@@ -340,7 +342,7 @@ struct checker {
 
 }  // namespace config_detail
 
-inline void config::validate(std::string_view source) const {
+DSA_MODEL_IO void config::validate(std::string_view source) const {
   const config_detail::checker c{source};
   const auto str = [](auto v) { return std::to_string(v); };
 
@@ -500,7 +502,7 @@ inline void config::validate(std::string_view source) const {
   }
 }
 
-inline config config::from_json(const nlohmann::json& j, std::string_view source) {
+DSA_MODEL_IO config config::from_json(const nlohmann::json& j, std::string_view source) {
   using config_detail::reader;
   if (!j.is_object()) {
     config_detail::fail(source, "top-level value", j.type_name(), "a JSON object (a Hugging Face config.json)");
@@ -617,7 +619,7 @@ inline config config::from_json(const nlohmann::json& j, std::string_view source
   return c;
 }
 
-inline config config::load(const std::filesystem::path& file_or_dir) {
+DSA_MODEL_IO config config::load(const std::filesystem::path& file_or_dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::path file = file_or_dir;
@@ -677,7 +679,7 @@ inline config config::load(const std::filesystem::path& file_or_dir) {
   return from_json(j, name);
 }
 
-inline nlohmann::json config::to_json() const {
+DSA_MODEL_IO nlohmann::json config::to_json() const {
   using config_detail::json_float;
   nlohmann::json j = nlohmann::json::object();
   j["architectures"] = nlohmann::json::array({"DeepseekV32ForCausalLM"});
@@ -738,7 +740,7 @@ inline nlohmann::json config::to_json() const {
   return j;
 }
 
-inline std::string config::to_string() const {
+DSA_MODEL_IO std::string config::to_string() const {
   // Appended piece by piece, not streamed: no locale reaches the text (dsa/core/error.hpp).
   std::string s;
   auto add = [&s](const auto&... parts) { ((s += detail::format_value(parts)), ...); };
@@ -764,6 +766,8 @@ inline std::string config::to_string() const {
   }
   return s;
 }
+
+#endif  // DSA_MODEL_IO_DEFINITIONS
 
 }  // namespace model
 

@@ -59,6 +59,7 @@
 #include "dsa/cpu/fp8_quant.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/model/config.hpp"
+#include "dsa/model/io_linkage.hpp"
 #include "dsa/model/safetensors.hpp"
 #include "dsa/ops/fp8_quant.hpp"
 
@@ -413,11 +414,8 @@ inline void write_text_file(const std::filesystem::path& dir, const std::string&
 /// Every tensor of a random checkpoint for `cfg` (validated first; throws dsa::error if it is
 /// not a config dsa can run), in the order of the Hugging Face module tree. Deterministic in
 /// (cfg, seed); `be` only sets the threads of the weight quantization.
-inline std::vector<owned_tensor> random_checkpoint_tensors(const config& cfg, std::uint64_t seed,
-                                                           const cpu_backend& be = cpu_backend{}) {
-  cfg.validate("model::random_checkpoint");
-  return random_checkpoint_detail::generator(cfg, seed, be).run();
-}
+DSA_MODEL_IO std::vector<owned_tensor> random_checkpoint_tensors(const config& cfg, std::uint64_t seed,
+                                                                 const cpu_backend& be = cpu_backend{});
 
 /// The default shard size of write_random_checkpoint: checkpoints up to this size are one
 /// model.safetensors file.
@@ -429,9 +427,19 @@ inline constexpr std::uint64_t random_checkpoint_shard_bytes = std::uint64_t{4} 
 /// norm with lm_head) and model.safetensors.index.json, generated and written one at a time.
 /// Existing files of those names are replaced; a directory that holds the other layout (an
 /// index where one file is to be written) is refused, since the loader would read the index.
-inline void write_random_checkpoint(const std::filesystem::path& dir, const config& cfg, std::uint64_t seed,
-                                    const cpu_backend& be = cpu_backend{},
-                                    std::uint64_t shard_bytes = random_checkpoint_shard_bytes) {
+DSA_MODEL_IO void write_random_checkpoint(const std::filesystem::path& dir, const config& cfg, std::uint64_t seed,
+                                          const cpu_backend& be = cpu_backend{},
+                                          std::uint64_t shard_bytes = random_checkpoint_shard_bytes);
+
+#if DSA_MODEL_IO_DEFINITIONS  // dsa/model/io_linkage.hpp
+DSA_MODEL_IO std::vector<owned_tensor> random_checkpoint_tensors(const config& cfg, std::uint64_t seed,
+                                                                 const cpu_backend& be) {
+  cfg.validate("model::random_checkpoint");
+  return random_checkpoint_detail::generator(cfg, seed, be).run();
+}
+
+DSA_MODEL_IO void write_random_checkpoint(const std::filesystem::path& dir, const config& cfg, std::uint64_t seed,
+                                          const cpu_backend& be, std::uint64_t shard_bytes) {
   namespace fs = std::filesystem;
   namespace rd = random_checkpoint_detail;
   cfg.validate("model::random_checkpoint");
@@ -483,6 +491,7 @@ inline void write_random_checkpoint(const std::filesystem::path& dir, const conf
   }
   rd::write_text_file(dir, "config.json", cfg.to_json().dump(2) + "\n");
 }
+#endif  // DSA_MODEL_IO_DEFINITIONS
 
 }  // namespace model
 

@@ -47,6 +47,7 @@
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/model/io_linkage.hpp"
 #include "dsa/model/json_structure.hpp"
 
 DSA_NAMESPACE_BEGIN
@@ -343,13 +344,7 @@ class safetensors_file {
  public:
   /// Maps and validates `path`. Throws dsa::error naming the file (and the tensor) on any
   /// problem: missing, unreadable, a directory, empty, truncated, malformed header.
-  static safetensors_file open(const std::filesystem::path& path) {
-    safetensors_file f;
-    f.path_ = path;
-    f.map_ = safetensors_detail::file_mapping::map(path);
-    f.parse_header();
-    return f;
-  }
+  static safetensors_file open(const std::filesystem::path& path);
 
   safetensors_file(safetensors_file&&) noexcept = default;
   safetensors_file& operator=(safetensors_file&&) noexcept = default;
@@ -436,136 +431,11 @@ class safetensors_file {
 
   [[noreturn]] void fail(std::string_view what) const { safetensors_detail::st_fail(path_, what); }
 
-  void parse_header() {
-    const std::uint64_t size = map_.size();
-    if (size == 0) fail("file is empty; expected an 8-byte header length, a JSON header and the data");
-    if (size < 8) {
-      fail("file size = " + std::to_string(size) + " bytes; expected at least 8 (the header length)");
-    }
-    const std::uint64_t n = safetensors_detail::read_le64(map_.data());
-    if (n < 2) fail("header length = " + std::to_string(n) + "; expected at least 2 (a JSON object)");
-    if (n > safetensors_detail::safetensors_max_header) {
-      fail("header length = " + std::to_string(n) + "; expected at most " +
-           std::to_string(safetensors_detail::safetensors_max_header) + " bytes");
-    }
-    if (n > size - 8) {
-      fail("header length = " + std::to_string(n) + "; expected at most " + std::to_string(size - 8) + " (file size " +
-           std::to_string(size) + " - 8): the file is truncated or not safetensors");
-    }
-    data_offset_ = 8 + n;
-    const std::uint64_t data_size = size - data_offset_;
-    const char* text = reinterpret_cast<const char*>(map_.data() + 8);
-    const nlohmann::json header = safetensors_detail::parse_json_object(path_, "header", text, text + n);
+  void parse_header();
 
-    for (const auto& [name, entry] : header.items()) {
-      if (name == "__metadata__") {
-        parse_metadata(entry);
-        continue;
-      }
-      tensors_.push_back(parse_entry(name, entry, data_size));
-    }
-    // nlohmann's object is a std::map, so items() came sorted by name already; sort anyway so
-    // find()'s binary search never depends on that.
-    std::sort(tensors_.begin(), tensors_.end(),
-              [](const tensor_info& a, const tensor_info& b) { return a.name < b.name; });
+  void parse_metadata(const nlohmann::json& m);
 
-    // No two tensors may share bytes (zero-size tensors occupy none).
-    std::vector<const tensor_info*> by_offset;
-    for (const tensor_info& t : tensors_) {
-      if (t.nbytes() > 0) by_offset.push_back(&t);
-    }
-    std::sort(by_offset.begin(), by_offset.end(),
-              [](const tensor_info* a, const tensor_info* b) { return a->begin < b->begin; });
-    for (std::size_t i = 1; i < by_offset.size(); ++i) {
-      const tensor_info& a = *by_offset[i - 1];
-      const tensor_info& b = *by_offset[i];
-      if (b.begin < a.end) {
-        fail("tensor " + safetensors_detail::quote_name(b.name) + ": data_offsets [" + std::to_string(b.begin) + ", " +
-             std::to_string(b.end) + "] overlap tensor " + safetensors_detail::quote_name(a.name) + " [" +
-             std::to_string(a.begin) + ", " + std::to_string(a.end) + "]; expected disjoint byte ranges");
-      }
-    }
-  }
-
-  void parse_metadata(const nlohmann::json& m) {
-    if (!m.is_object()) {
-      fail(std::string("__metadata__ = ") + safetensors_detail::json_excerpt(m) +
-           "; expected a JSON object of string values");
-    }
-    for (const auto& [k, v] : m.items()) {
-      if (!v.is_string()) {
-        fail("__metadata__[" + safetensors_detail::quote_name(k) + "] = " + safetensors_detail::json_excerpt(v) +
-             "; expected a string");
-      }
-      metadata_.emplace(k, v.get<std::string>());
-    }
-  }
-
-  tensor_info parse_entry(const std::string& name, const nlohmann::json& e, std::uint64_t data_size) const {
-    const std::string where = "tensor " + safetensors_detail::quote_name(name) + ": ";
-    if (name.empty()) fail("tensor '': expected a non-empty tensor name");
-    if (!e.is_object()) {
-      fail(where + "entry = " + safetensors_detail::json_excerpt(e) +
-           "; expected an object with dtype, shape and data_offsets");
-    }
-    tensor_info t;
-    t.name = name;
-
-    const auto dt = e.find("dtype");
-    if (dt == e.end()) fail(where + "missing \"dtype\"");
-    if (!dt->is_string()) fail(where + "dtype = " + safetensors_detail::json_excerpt(*dt) + "; expected a string");
-    const auto parsed = parse_dtype(dt->get_ref<const std::string&>());
-    if (!parsed) {
-      fail(where + "dtype = " + safetensors_detail::json_excerpt(*dt) +
-           "; expected one of F8_E4M3, F8_E5M2, BF16, F16, F32, F64, I8, I16, I32, I64, U8, BOOL");
-    }
-    t.type = *parsed;
-
-    const auto sh = e.find("shape");
-    if (sh == e.end()) fail(where + "missing \"shape\"");
-    if (!sh->is_array())
-      fail(where + "shape = " + safetensors_detail::json_excerpt(*sh) + "; expected an array of integers");
-    for (const auto& d : *sh) {
-      if (!d.is_number_unsigned() ||
-          d.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<index_t>::max())) {
-        fail(where + "shape = " + safetensors_detail::json_excerpt(*sh) + "; expected non-negative integer extents");
-      }
-      t.shape.push_back(static_cast<index_t>(d.get<std::uint64_t>()));
-    }
-    // Element and byte counts, refusing overflow (a zero extent makes the product 0 whatever
-    // the others are).
-    std::uint64_t numel = 1;
-    bool overflow = false;
-    if (std::find(t.shape.begin(), t.shape.end(), index_t{0}) != t.shape.end()) {
-      numel = 0;
-    } else {
-      for (index_t d : t.shape) overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel);
-    }
-    std::uint64_t nbytes = 0;
-    overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(dtype_size(t.type)), &nbytes);
-    if (overflow)
-      fail(where + "shape = " + format_shape(t.shape) + "; expected a shape whose byte size fits in 64 bits");
-
-    const auto off = e.find("data_offsets");
-    if (off == e.end()) fail(where + "missing \"data_offsets\"");
-    if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned()) {
-      fail(where + "data_offsets = " + safetensors_detail::json_excerpt(*off) +
-           "; expected [begin, end], non-negative integers");
-    }
-    t.begin = (*off)[0].get<std::uint64_t>();
-    t.end = (*off)[1].get<std::uint64_t>();
-    const std::string range = "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "]";
-    if (t.begin > t.end) fail(where + range + "; expected begin <= end");
-    if (t.end > data_size) {
-      fail(where + range + "; expected end <= " + std::to_string(data_size) +
-           " (the data section's size): the file is truncated or the header is wrong");
-    }
-    if (t.end - t.begin != nbytes) {
-      fail(where + range + " = " + std::to_string(t.end - t.begin) + " bytes; expected " + std::to_string(nbytes) +
-           " bytes (" + t.description() + ")");
-    }
-    return t;
-  }
+  tensor_info parse_entry(const std::string& name, const nlohmann::json& e, std::uint64_t data_size) const;
 
   std::filesystem::path path_;
   safetensors_detail::file_mapping map_;
@@ -584,26 +454,7 @@ class safetensors_checkpoint {
   static constexpr std::string_view index_name = "model.safetensors.index.json";
   static constexpr std::string_view single_name = "model.safetensors";
 
-  static safetensors_checkpoint open(const std::filesystem::path& path) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    const fs::file_status st = fs::status(path, ec);
-    if (ec || !fs::exists(st)) safetensors_detail::st_fail(path, "no such file or directory");
-    if (fs::is_directory(st)) {
-      if (fs::exists(path / index_name)) return open_index(path / index_name);
-      if (fs::exists(path / single_name)) {
-        safetensors_detail::check_shard_containment(path / single_name, "the checkpoint's file", path,
-                                                    path / single_name);
-        return open_single(path / single_name);
-      }
-      safetensors_detail::st_fail(path, "directory has neither " + std::string(index_name) + " nor " +
-                                            std::string(single_name) +
-                                            "; expected a Hugging Face checkpoint directory");
-    }
-    const std::string name = path.filename().string();
-    if (name.size() >= 5 && name.ends_with(".json")) return open_index(path);
-    return open_single(path);
-  }
+  static safetensors_checkpoint open(const std::filesystem::path& path);
 
   safetensors_checkpoint(safetensors_checkpoint&&) noexcept = default;
   safetensors_checkpoint& operator=(safetensors_checkpoint&&) noexcept = default;
@@ -646,85 +497,9 @@ class safetensors_checkpoint {
  private:
   safetensors_checkpoint() = default;
 
-  static safetensors_checkpoint open_single(const std::filesystem::path& file) {
-    safetensors_checkpoint c;
-    c.path_ = file;
-    c.shards_.push_back(safetensors_file::open(file));
-    for (const tensor_info& t : c.shards_[0].tensors()) c.where_.emplace(t.name, 0);
-    c.metadata_ = c.shards_[0].metadata();
-    return c;
-  }
+  static safetensors_checkpoint open_single(const std::filesystem::path& file);
 
-  static safetensors_checkpoint open_index(const std::filesystem::path& index) {
-    namespace fs = std::filesystem;
-    safetensors_checkpoint c;
-    c.path_ = index;
-    std::error_code ec;
-    if (fs::is_directory(index, ec)) safetensors_detail::st_fail(index, "is a directory; expected a JSON index file");
-    if (!fs::exists(index, ec)) safetensors_detail::st_fail(index, "cannot open: no such file");
-    if (!fs::is_regular_file(index, ec)) safetensors_detail::st_fail(index, "is not a regular file; expected a JSON index file");
-    std::ifstream in(index, std::ios::binary);
-    if (!in) safetensors_detail::st_fail(index, "cannot open: " + std::generic_category().message(errno));
-    const auto size = fs::file_size(index, ec);
-    if (ec) safetensors_detail::st_fail(index, "cannot stat: " + ec.message());
-    if (size > safetensors_detail::safetensors_max_header) {
-      safetensors_detail::st_fail(index, "index size = " + std::to_string(size) + " bytes; expected at most " +
-                                             std::to_string(safetensors_detail::safetensors_max_header));
-    }
-    std::string text(static_cast<std::size_t>(size), '\0');
-    in.read(text.data(), static_cast<std::streamsize>(size));
-    if (static_cast<std::uint64_t>(in.gcount()) != size) safetensors_detail::st_fail(index, "short read");
-    const nlohmann::json j =
-        safetensors_detail::parse_json_object(index, "index", text.data(), text.data() + text.size());
-
-    if (auto m = j.find("metadata"); m != j.end() && !m->is_null()) {
-      if (!m->is_object())
-        safetensors_detail::st_fail(index,
-                                    "metadata = " + safetensors_detail::json_excerpt(*m) + "; expected a JSON object");
-      for (const auto& [k, v] : m->items()) c.metadata_.emplace(k, v.is_string() ? v.get<std::string>() : v.dump());
-    }
-    const auto wm = j.find("weight_map");
-    if (wm == j.end()) safetensors_detail::st_fail(index, "missing \"weight_map\"");
-    if (!wm->is_object()) {
-      safetensors_detail::st_fail(
-          index, "weight_map = " + safetensors_detail::json_excerpt(*wm) + "; expected an object of tensor -> shard");
-    }
-
-    const fs::path dir = index.parent_path();
-    std::map<std::string, std::size_t, std::less<>> shard_index;
-    for (const auto& [name, shard] : wm->items()) {
-      const std::string where = "weight_map[" + safetensors_detail::quote_name(name) + "] = ";
-      if (!shard.is_string())
-        safetensors_detail::st_fail(index, where + safetensors_detail::json_excerpt(shard) + "; expected a file name");
-      const std::string& file = shard.get_ref<const std::string&>();
-      // Shards are plain names beside the index: a path could reach outside the checkpoint, and an
-      // embedded NUL would name another file once the name reaches the OS.
-      if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
-          file.find('\\') != std::string::npos || file.find('\0') != std::string::npos) {
-        safetensors_detail::st_fail(index, where + safetensors_detail::quote_name(file) +
-                                               "; expected a plain file name in the index's directory");
-      }
-      auto it = shard_index.find(file);
-      if (it == shard_index.end()) {
-        const fs::path p = dir / file;
-        if (!fs::exists(p, ec)) {
-          safetensors_detail::st_fail(index, where + safetensors_detail::quote_name(file) +
-                                                 "; expected an existing shard file (" + p.string() +
-                                                 " does not exist)");
-        }
-        safetensors_detail::check_shard_containment(index, where + safetensors_detail::quote_name(file), dir, p);
-        c.shards_.push_back(safetensors_file::open(p));
-        it = shard_index.emplace(file, c.shards_.size() - 1).first;
-      }
-      if (!c.shards_[it->second].contains(name)) {
-        safetensors_detail::st_fail(index, where + safetensors_detail::quote_name(file) +
-                                               "; but that shard has no tensor " +
-                                               safetensors_detail::quote_name(name));
-      }
-      c.where_.emplace(name, it->second);
-    }
-    return c;
-  }
+  static safetensors_checkpoint open_index(const std::filesystem::path& index);
 
   std::filesystem::path path_;
   std::vector<safetensors_file> shards_;
@@ -882,68 +657,314 @@ safetensors_entry make_safetensors_entry(std::string name, host_view<T, Rank> v)
 /// failed write never leaves a half-written `path` and removes nothing but that temporary file.
 /// An existing `path` is replaced, never written through (a symlink `path` is replaced by the new
 /// file, its target untouched); a directory `path` is refused.
-inline void write_safetensors(const std::filesystem::path& path, std::span<const safetensors_entry> entries,
-                              const std::map<std::string, std::string>& metadata = {}) {
-  std::vector<const safetensors_entry*> order;
-  std::set<std::string_view> names;
-  for (const safetensors_entry& e : entries) {
-    if (e.name.empty() || e.name == "__metadata__") {
-      safetensors_detail::st_fail(path, "tensor " + safetensors_detail::quote_name(e.name) +
-                                            ": expected a non-empty name other than __metadata__");
-    }
-    if (!names.insert(e.name).second)
-      safetensors_detail::st_fail(path, "tensor " + safetensors_detail::quote_name(e.name) + " is given twice");
-    const std::string where = "tensor " + safetensors_detail::quote_name(e.name) + ": ";
-    std::uint64_t nbytes = dtype_size(e.type);
-    for (index_t d : e.shape) {
-      if (d < 0)
-        safetensors_detail::st_fail(path,
-                                    where + "shape = " + format_shape(e.shape) + "; expected non-negative extents");
-      if (__builtin_mul_overflow(nbytes, static_cast<std::uint64_t>(d), &nbytes)) {
-        safetensors_detail::st_fail(
-            path, where + "shape = " + format_shape(e.shape) + "; expected a byte size that fits in 64 bits");
-      }
-    }
-    if (nbytes != e.data.size()) {
-      safetensors_detail::st_fail(path, where + "data = " + std::to_string(e.data.size()) + " bytes; expected " +
-                                            std::to_string(nbytes) + " bytes (" + std::string(dtype_name(e.type)) +
-                                            " " + format_shape(e.shape) + ")");
-    }
-    order.push_back(&e);
-  }
-  std::stable_sort(order.begin(), order.end(), [](const safetensors_entry* a, const safetensors_entry* b) {
-    if (dtype_size(a->type) != dtype_size(b->type)) return dtype_size(a->type) > dtype_size(b->type);
-    return a->name < b->name;
-  });
-
-  nlohmann::json header = nlohmann::json::object();
-  std::uint64_t offset = 0;
-  for (const safetensors_entry* e : order) {
-    header[e->name] = {{"dtype", std::string(dtype_name(e->type))},
-                       {"shape", e->shape},
-                       {"data_offsets", {offset, offset + e->data.size()}}};
-    offset += e->data.size();
-  }
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-
-  safetensors_detail::check_write_target(path);
-  std::array<char, 8> len{};
-  for (int i = 0; i < 8; ++i) len[static_cast<std::size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xFFu);
-  safetensors_detail::temp_file tmp(path);
-  tmp.write(len.data(), len.size());
-  tmp.write(text.data(), text.size());
-  for (const safetensors_entry* e : order) {
-    if (e->data.empty()) continue;  // an empty span may hold a null pointer
-    tmp.write(reinterpret_cast<const char*>(e->data.data()), e->data.size());
-  }
-  tmp.commit();
-}
+DSA_MODEL_IO void write_safetensors(const std::filesystem::path& path, std::span<const safetensors_entry> entries,
+                                    const std::map<std::string, std::string>& metadata = {});
 
 inline void write_safetensors(const std::filesystem::path& path, const std::vector<safetensors_entry>& entries,
                               const std::map<std::string, std::string>& metadata = {}) {
   write_safetensors(path, std::span<const safetensors_entry>(entries), metadata);
 }
+
+#if DSA_MODEL_IO_DEFINITIONS  // dsa/model/io_linkage.hpp
+DSA_MODEL_IO safetensors_file safetensors_file::open(const std::filesystem::path& path) {
+  safetensors_file f;
+  f.path_ = path;
+  f.map_ = safetensors_detail::file_mapping::map(path);
+  f.parse_header();
+  return f;
+}
+
+DSA_MODEL_IO void safetensors_file::parse_header() {
+  const std::uint64_t size = map_.size();
+  if (size == 0) fail("file is empty; expected an 8-byte header length, a JSON header and the data");
+  if (size < 8) {
+    fail("file size = " + std::to_string(size) + " bytes; expected at least 8 (the header length)");
+  }
+  const std::uint64_t n = safetensors_detail::read_le64(map_.data());
+  if (n < 2) fail("header length = " + std::to_string(n) + "; expected at least 2 (a JSON object)");
+  if (n > safetensors_detail::safetensors_max_header) {
+    fail("header length = " + std::to_string(n) + "; expected at most " +
+         std::to_string(safetensors_detail::safetensors_max_header) + " bytes");
+  }
+  if (n > size - 8) {
+    fail("header length = " + std::to_string(n) + "; expected at most " + std::to_string(size - 8) + " (file size " +
+         std::to_string(size) + " - 8): the file is truncated or not safetensors");
+  }
+  data_offset_ = 8 + n;
+  const std::uint64_t data_size = size - data_offset_;
+  const char* text = reinterpret_cast<const char*>(map_.data() + 8);
+  const nlohmann::json header = safetensors_detail::parse_json_object(path_, "header", text, text + n);
+
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      parse_metadata(entry);
+      continue;
+    }
+    tensors_.push_back(parse_entry(name, entry, data_size));
+  }
+  // nlohmann's object is a std::map, so items() came sorted by name already; sort anyway so
+  // find()'s binary search never depends on that.
+  std::sort(tensors_.begin(), tensors_.end(),
+            [](const tensor_info& a, const tensor_info& b) { return a.name < b.name; });
+
+  // No two tensors may share bytes (zero-size tensors occupy none).
+  std::vector<const tensor_info*> by_offset;
+  for (const tensor_info& t : tensors_) {
+    if (t.nbytes() > 0) by_offset.push_back(&t);
+  }
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const tensor_info* a, const tensor_info* b) { return a->begin < b->begin; });
+  for (std::size_t i = 1; i < by_offset.size(); ++i) {
+    const tensor_info& a = *by_offset[i - 1];
+    const tensor_info& b = *by_offset[i];
+    if (b.begin < a.end) {
+      fail("tensor " + safetensors_detail::quote_name(b.name) + ": data_offsets [" + std::to_string(b.begin) + ", " +
+           std::to_string(b.end) + "] overlap tensor " + safetensors_detail::quote_name(a.name) + " [" +
+           std::to_string(a.begin) + ", " + std::to_string(a.end) + "]; expected disjoint byte ranges");
+    }
+  }
+}
+
+DSA_MODEL_IO void safetensors_file::parse_metadata(const nlohmann::json& m) {
+  if (!m.is_object()) {
+    fail(std::string("__metadata__ = ") + safetensors_detail::json_excerpt(m) +
+         "; expected a JSON object of string values");
+  }
+  for (const auto& [k, v] : m.items()) {
+    if (!v.is_string()) {
+      fail("__metadata__[" + safetensors_detail::quote_name(k) + "] = " + safetensors_detail::json_excerpt(v) +
+           "; expected a string");
+    }
+    metadata_.emplace(k, v.get<std::string>());
+  }
+}
+
+DSA_MODEL_IO tensor_info safetensors_file::parse_entry(const std::string& name, const nlohmann::json& e,
+                                                       std::uint64_t data_size) const {
+  const std::string where = "tensor " + safetensors_detail::quote_name(name) + ": ";
+  if (name.empty()) fail("tensor '': expected a non-empty tensor name");
+  if (!e.is_object()) {
+    fail(where + "entry = " + safetensors_detail::json_excerpt(e) +
+         "; expected an object with dtype, shape and data_offsets");
+  }
+  tensor_info t;
+  t.name = name;
+
+  const auto dt = e.find("dtype");
+  if (dt == e.end()) fail(where + "missing \"dtype\"");
+  if (!dt->is_string()) fail(where + "dtype = " + safetensors_detail::json_excerpt(*dt) + "; expected a string");
+  const auto parsed = parse_dtype(dt->get_ref<const std::string&>());
+  if (!parsed) {
+    fail(where + "dtype = " + safetensors_detail::json_excerpt(*dt) +
+         "; expected one of F8_E4M3, F8_E5M2, BF16, F16, F32, F64, I8, I16, I32, I64, U8, BOOL");
+  }
+  t.type = *parsed;
+
+  const auto sh = e.find("shape");
+  if (sh == e.end()) fail(where + "missing \"shape\"");
+  if (!sh->is_array())
+    fail(where + "shape = " + safetensors_detail::json_excerpt(*sh) + "; expected an array of integers");
+  for (const auto& d : *sh) {
+    if (!d.is_number_unsigned() ||
+        d.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<index_t>::max())) {
+      fail(where + "shape = " + safetensors_detail::json_excerpt(*sh) + "; expected non-negative integer extents");
+    }
+    t.shape.push_back(static_cast<index_t>(d.get<std::uint64_t>()));
+  }
+  // Element and byte counts, refusing overflow (a zero extent makes the product 0 whatever
+  // the others are).
+  std::uint64_t numel = 1;
+  bool overflow = false;
+  if (std::find(t.shape.begin(), t.shape.end(), index_t{0}) != t.shape.end()) {
+    numel = 0;
+  } else {
+    for (index_t d : t.shape) overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel);
+  }
+  std::uint64_t nbytes = 0;
+  overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(dtype_size(t.type)), &nbytes);
+  if (overflow)
+    fail(where + "shape = " + format_shape(t.shape) + "; expected a shape whose byte size fits in 64 bits");
+
+  const auto off = e.find("data_offsets");
+  if (off == e.end()) fail(where + "missing \"data_offsets\"");
+  if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned()) {
+    fail(where + "data_offsets = " + safetensors_detail::json_excerpt(*off) +
+         "; expected [begin, end], non-negative integers");
+  }
+  t.begin = (*off)[0].get<std::uint64_t>();
+  t.end = (*off)[1].get<std::uint64_t>();
+  const std::string range = "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "]";
+  if (t.begin > t.end) fail(where + range + "; expected begin <= end");
+  if (t.end > data_size) {
+    fail(where + range + "; expected end <= " + std::to_string(data_size) +
+         " (the data section's size): the file is truncated or the header is wrong");
+  }
+  if (t.end - t.begin != nbytes) {
+    fail(where + range + " = " + std::to_string(t.end - t.begin) + " bytes; expected " + std::to_string(nbytes) +
+         " bytes (" + t.description() + ")");
+  }
+  return t;
+}
+
+DSA_MODEL_IO safetensors_checkpoint safetensors_checkpoint::open(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) safetensors_detail::st_fail(path, "no such file or directory");
+  if (fs::is_directory(st)) {
+    if (fs::exists(path / index_name)) return open_index(path / index_name);
+    if (fs::exists(path / single_name)) {
+      safetensors_detail::check_shard_containment(path / single_name, "the checkpoint's file", path,
+                                                  path / single_name);
+      return open_single(path / single_name);
+    }
+    safetensors_detail::st_fail(path, "directory has neither " + std::string(index_name) + " nor " +
+                                          std::string(single_name) +
+                                          "; expected a Hugging Face checkpoint directory");
+  }
+  const std::string name = path.filename().string();
+  if (name.size() >= 5 && name.ends_with(".json")) return open_index(path);
+  return open_single(path);
+}
+
+DSA_MODEL_IO safetensors_checkpoint safetensors_checkpoint::open_single(const std::filesystem::path& file) {
+  safetensors_checkpoint c;
+  c.path_ = file;
+  c.shards_.push_back(safetensors_file::open(file));
+  for (const tensor_info& t : c.shards_[0].tensors()) c.where_.emplace(t.name, 0);
+  c.metadata_ = c.shards_[0].metadata();
+  return c;
+}
+
+DSA_MODEL_IO safetensors_checkpoint safetensors_checkpoint::open_index(const std::filesystem::path& index) {
+  namespace fs = std::filesystem;
+  safetensors_checkpoint c;
+  c.path_ = index;
+  std::error_code ec;
+  if (fs::is_directory(index, ec)) safetensors_detail::st_fail(index, "is a directory; expected a JSON index file");
+  if (!fs::exists(index, ec)) safetensors_detail::st_fail(index, "cannot open: no such file");
+  if (!fs::is_regular_file(index, ec)) safetensors_detail::st_fail(index, "is not a regular file; expected a JSON index file");
+  std::ifstream in(index, std::ios::binary);
+  if (!in) safetensors_detail::st_fail(index, "cannot open: " + std::generic_category().message(errno));
+  const auto size = fs::file_size(index, ec);
+  if (ec) safetensors_detail::st_fail(index, "cannot stat: " + ec.message());
+  if (size > safetensors_detail::safetensors_max_header) {
+    safetensors_detail::st_fail(index, "index size = " + std::to_string(size) + " bytes; expected at most " +
+                                           std::to_string(safetensors_detail::safetensors_max_header));
+  }
+  std::string text(static_cast<std::size_t>(size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  if (static_cast<std::uint64_t>(in.gcount()) != size) safetensors_detail::st_fail(index, "short read");
+  const nlohmann::json j =
+      safetensors_detail::parse_json_object(index, "index", text.data(), text.data() + text.size());
+
+  if (auto m = j.find("metadata"); m != j.end() && !m->is_null()) {
+    if (!m->is_object())
+      safetensors_detail::st_fail(index,
+                                  "metadata = " + safetensors_detail::json_excerpt(*m) + "; expected a JSON object");
+    for (const auto& [k, v] : m->items()) c.metadata_.emplace(k, v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  const auto wm = j.find("weight_map");
+  if (wm == j.end()) safetensors_detail::st_fail(index, "missing \"weight_map\"");
+  if (!wm->is_object()) {
+    safetensors_detail::st_fail(
+        index, "weight_map = " + safetensors_detail::json_excerpt(*wm) + "; expected an object of tensor -> shard");
+  }
+
+  const fs::path dir = index.parent_path();
+  std::map<std::string, std::size_t, std::less<>> shard_index;
+  for (const auto& [name, shard] : wm->items()) {
+    const std::string where = "weight_map[" + safetensors_detail::quote_name(name) + "] = ";
+    if (!shard.is_string())
+      safetensors_detail::st_fail(index, where + safetensors_detail::json_excerpt(shard) + "; expected a file name");
+    const std::string& file = shard.get_ref<const std::string&>();
+    // Shards are plain names beside the index: a path could reach outside the checkpoint, and an
+    // embedded NUL would name another file once the name reaches the OS.
+    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
+        file.find('\\') != std::string::npos || file.find('\0') != std::string::npos) {
+      safetensors_detail::st_fail(index, where + safetensors_detail::quote_name(file) +
+                                             "; expected a plain file name in the index's directory");
+    }
+    auto it = shard_index.find(file);
+    if (it == shard_index.end()) {
+      const fs::path p = dir / file;
+      if (!fs::exists(p, ec)) {
+        safetensors_detail::st_fail(index, where + safetensors_detail::quote_name(file) +
+                                               "; expected an existing shard file (" + p.string() +
+                                               " does not exist)");
+      }
+      safetensors_detail::check_shard_containment(index, where + safetensors_detail::quote_name(file), dir, p);
+      c.shards_.push_back(safetensors_file::open(p));
+      it = shard_index.emplace(file, c.shards_.size() - 1).first;
+    }
+    if (!c.shards_[it->second].contains(name)) {
+      safetensors_detail::st_fail(index, where + safetensors_detail::quote_name(file) +
+                                             "; but that shard has no tensor " +
+                                             safetensors_detail::quote_name(name));
+    }
+    c.where_.emplace(name, it->second);
+  }
+  return c;
+}
+
+DSA_MODEL_IO void write_safetensors(const std::filesystem::path& path, std::span<const safetensors_entry> entries,
+                                    const std::map<std::string, std::string>& metadata) {
+std::vector<const safetensors_entry*> order;
+std::set<std::string_view> names;
+for (const safetensors_entry& e : entries) {
+  if (e.name.empty() || e.name == "__metadata__") {
+    safetensors_detail::st_fail(path, "tensor " + safetensors_detail::quote_name(e.name) +
+                                          ": expected a non-empty name other than __metadata__");
+  }
+  if (!names.insert(e.name).second)
+    safetensors_detail::st_fail(path, "tensor " + safetensors_detail::quote_name(e.name) + " is given twice");
+  const std::string where = "tensor " + safetensors_detail::quote_name(e.name) + ": ";
+  std::uint64_t nbytes = dtype_size(e.type);
+  for (index_t d : e.shape) {
+    if (d < 0)
+      safetensors_detail::st_fail(path,
+                                  where + "shape = " + format_shape(e.shape) + "; expected non-negative extents");
+    if (__builtin_mul_overflow(nbytes, static_cast<std::uint64_t>(d), &nbytes)) {
+      safetensors_detail::st_fail(
+          path, where + "shape = " + format_shape(e.shape) + "; expected a byte size that fits in 64 bits");
+    }
+  }
+  if (nbytes != e.data.size()) {
+    safetensors_detail::st_fail(path, where + "data = " + std::to_string(e.data.size()) + " bytes; expected " +
+                                          std::to_string(nbytes) + " bytes (" + std::string(dtype_name(e.type)) +
+                                          " " + format_shape(e.shape) + ")");
+  }
+  order.push_back(&e);
+}
+std::stable_sort(order.begin(), order.end(), [](const safetensors_entry* a, const safetensors_entry* b) {
+  if (dtype_size(a->type) != dtype_size(b->type)) return dtype_size(a->type) > dtype_size(b->type);
+  return a->name < b->name;
+});
+
+nlohmann::json header = nlohmann::json::object();
+std::uint64_t offset = 0;
+for (const safetensors_entry* e : order) {
+  header[e->name] = {{"dtype", std::string(dtype_name(e->type))},
+                     {"shape", e->shape},
+                     {"data_offsets", {offset, offset + e->data.size()}}};
+  offset += e->data.size();
+}
+if (!metadata.empty()) header["__metadata__"] = metadata;
+std::string text = header.dump();
+text.append((8 - text.size() % 8) % 8, ' ');
+
+safetensors_detail::check_write_target(path);
+std::array<char, 8> len{};
+for (int i = 0; i < 8; ++i) len[static_cast<std::size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xFFu);
+safetensors_detail::temp_file tmp(path);
+tmp.write(len.data(), len.size());
+tmp.write(text.data(), text.size());
+for (const safetensors_entry* e : order) {
+  if (e->data.empty()) continue;  // an empty span may hold a null pointer
+  tmp.write(reinterpret_cast<const char*>(e->data.data()), e->data.size());
+}
+tmp.commit();
+}
+#endif  // DSA_MODEL_IO_DEFINITIONS
 
 DSA_NAMESPACE_END

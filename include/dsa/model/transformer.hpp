@@ -100,18 +100,9 @@ class transformer {
   /// Opens a checkpoint directory (config.json + safetensors); `num_layers` and `check` as
   /// weights::load.
   static transformer load(const std::filesystem::path& dir, Backend be = {}, index_t num_layers = -1,
-                          weight_check check = weight_check::finite) {
-    return transformer(weights::load(dir, num_layers, check), be);
-  }
+                          weight_check check = weight_check::finite);
 
-  transformer(::dsa::model::weights w, Backend be) : w_(std::move(w)), be_(be) {
-    settings_ = checked_layer_settings(w_.config());
-    if constexpr (std::is_same_v<Backend, cpu_backend>) {
-      if (be_.pack_fp8_weights) pack_fp8_weights(w_, be_);
-    }
-    for (std::size_t l = 0; l < w_.layers.size(); ++l) decode_.push_back(std::make_unique<mla_decode_weights>());
-    id_ = forward_detail::next_transformer_id();
-  }
+  transformer(::dsa::model::weights w, Backend be);
 
   transformer(transformer&&) noexcept = default;
   transformer& operator=(transformer&&) noexcept = default;
@@ -154,8 +145,7 @@ class transformer {
   void reset_phase_times() { times_ = {}; }
 
  private:
-  // Defined below the class, not in it: an in-class definition is inline, and inline members are
-  // compiled in every translation unit even under `extern template` (DSA_EXTERN_CPU_TRANSFORMER).
+  // Defined below the class (see there).
   std::vector<float> forward_chunk(sequence& seq, std::span<const std::int32_t> ids, const forward_options& opt,
                                    index_t total_end, bool want_logits);
 
@@ -166,6 +156,25 @@ class transformer {
   ::dsa::model::phase_times times_;
   std::uint64_t id_ = 0;  // identifies the sequences this transformer made (survives moves)
 };
+
+// load, the constructor and forward_chunk are defined below the class, not in it: an in-class
+// definition is inline, and inline members are compiled in every translation unit that calls
+// them even under `extern template` (DSA_EXTERN_CPU_TRANSFORMER).
+template <class Backend>
+transformer<Backend> transformer<Backend>::load(const std::filesystem::path& dir, Backend be, index_t num_layers,
+                                                weight_check check) {
+  return transformer(weights::load(dir, num_layers, check), be);
+}
+
+template <class Backend>
+transformer<Backend>::transformer(::dsa::model::weights w, Backend be) : w_(std::move(w)), be_(be) {
+  settings_ = checked_layer_settings(w_.config());
+  if constexpr (std::is_same_v<Backend, cpu_backend>) {
+    if (be_.pack_fp8_weights) pack_fp8_weights(w_, be_);
+  }
+  for (std::size_t l = 0; l < w_.layers.size(); ++l) decode_.push_back(std::make_unique<mla_decode_weights>());
+  id_ = forward_detail::next_transformer_id();
+}
 
 template <class Backend>
 std::vector<float> transformer<Backend>::forward_chunk(sequence& seq, std::span<const std::int32_t> ids,
@@ -231,9 +240,12 @@ std::vector<float> transformer<Backend>::forward_chunk(sequence& seq, std::span<
 }
 
 // DSA_EXTERN_CPU_TRANSFORMER: a program of many translation units compiles the CPU forward pass
-// once instead of in each of them. Define it everywhere in the program, and in one translation
-// unit write `template class dsa::model::transformer<dsa::cpu_backend>;` after this header, with
-// the same compiler flags (dsa's own tests and tools do: instances/cpu_transformer.cpp).
+// and the model's file I/O (dsa/model/io_linkage.hpp) once instead of in each of them. Define it
+// everywhere in the program; in one translation unit, built with the same compiler flags, also
+// define DSA_CPU_TRANSFORMER_INSTANCE before the includes and write
+// `template class dsa::model::transformer<dsa::cpu_backend>;` after this header (dsa's own tests
+// and tools do the two in two files, compiled in parallel: instances/cpu_transformer.cpp and
+// instances/model_io.cpp).
 #ifdef DSA_EXTERN_CPU_TRANSFORMER
 extern template class transformer<cpu_backend>;
 #endif

@@ -35,6 +35,7 @@
 #include "dsa/core/types.hpp"
 #include "dsa/model/config.hpp"
 #include "dsa/model/finite_scan.hpp"
+#include "dsa/model/io_linkage.hpp"
 #include "dsa/model/safetensors.hpp"
 
 DSA_NAMESPACE_BEGIN
@@ -152,20 +153,11 @@ class weights {
   /// transformer run) only the first `num_layers`, e.g. to smoke-test a layer of a real checkpoint.
   /// `check` as weight_check says.
   static weights load(const std::filesystem::path& dir, index_t num_layers = -1,
-                      weight_check check = weight_check::finite) {
-    namespace fs = std::filesystem;
-    ::dsa::model::config cfg = config::load(dir);
-    const fs::path ckpt = fs::is_directory(dir) ? dir : dir.parent_path();
-    return bind(std::move(cfg), safetensors_checkpoint::open(ckpt), num_layers, check);
-  }
+                      weight_check check = weight_check::finite);
 
   /// Binds the tensors of `ckpt` for `cfg` (already validated); see load().
   static weights bind(::dsa::model::config cfg, safetensors_checkpoint ckpt, index_t num_layers = -1,
-                      weight_check check = weight_check::finite) {
-    weights w(std::move(cfg), std::make_unique<safetensors_checkpoint>(std::move(ckpt)), check);
-    w.bind_all(num_layers);
-    return w;
-  }
+                      weight_check check = weight_check::finite);
 
   weights(weights&&) noexcept = default;
   weights& operator=(weights&&) noexcept = default;
@@ -303,73 +295,91 @@ class weights {
     return stored;
   }
 
-  void bind_all(index_t num_layers) {
-    const auto& c = cfg_;
-    const index_t n_layers = num_layers < 0 ? c.num_hidden_layers : num_layers;
-    if (n_layers > c.num_hidden_layers) {
-      fail("model::weights", "num_layers", n_layers,
-           "at most num_hidden_layers = " + std::to_string(c.num_hidden_layers) + " (or -1 for all)");
-    }
-    const index_t stored = check_layer_count();
-    const index_t d = c.hidden_size, h = c.num_attention_heads;
-    embed_tokens = tensor<bf16, 2>("model.embed_tokens.weight", {c.vocab_size, d}, "vocab_size, hidden_size");
-    norm = vector_f32("model.norm.weight", d, "hidden_size");
-    lm_head = c.tie_word_embeddings ? embed_tokens
-                                    : tensor<bf16, 2>("lm_head.weight", {c.vocab_size, d}, "vocab_size, hidden_size");
-    // Room for the layers the checkpoint holds, not for what config.json claims: a missing layer
-    // is a dsa::error naming its first tensor below, never an allocation sized by the config.
-    layers.reserve(static_cast<std::size_t>(std::min(n_layers, stored)));
-    for (index_t l = 0; l < n_layers; ++l) {
-      const std::string p = "model.layers." + std::to_string(l);
-      const std::string a = p + ".self_attn";
-      layer_weights lw;
-      lw.input_layernorm = vector_f32(p + ".input_layernorm.weight", d, "hidden_size");
-      lw.post_attention_layernorm = vector_f32(p + ".post_attention_layernorm.weight", d, "hidden_size");
-      attention_weights& at = lw.attn;
-      at.q_a_proj = linear(a + ".q_a_proj", c.q_lora_rank, d, "q_lora_rank, hidden_size");
-      at.q_a_layernorm = vector_f32(a + ".q_a_layernorm.weight", c.q_lora_rank, "q_lora_rank");
-      at.q_b_proj = linear(a + ".q_b_proj", h * c.qk_head_dim(), c.q_lora_rank,
-                           "num_attention_heads * (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank");
-      at.kv_a_proj_with_mqa = linear(a + ".kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, d,
-                                     "kv_lora_rank + qk_rope_head_dim, hidden_size");
-      at.kv_a_layernorm = vector_f32(a + ".kv_a_layernorm.weight", c.kv_lora_rank, "kv_lora_rank");
-      at.kv_b_proj = linear(a + ".kv_b_proj", h * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank,
-                            "num_attention_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank");
-      at.o_proj = linear(a + ".o_proj", d, h * c.v_head_dim, "hidden_size, num_attention_heads * v_head_dim");
-      const std::string ix = a + ".indexer";
-      at.indexer.wq_b = linear(ix + ".wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank,
-                               "index_n_heads * index_head_dim, q_lora_rank");
-      at.indexer.wk = linear(ix + ".wk", c.index_head_dim, d, "index_head_dim, hidden_size");
-      at.indexer.k_norm_weight = vector_f32(ix + ".k_norm.weight", c.index_head_dim, "index_head_dim");
-      at.indexer.k_norm_bias = vector_f32(ix + ".k_norm.bias", c.index_head_dim, "index_head_dim");
-      at.indexer.weights_proj =
-          tensor<bf16, 2>(ix + ".weights_proj.weight", {c.index_n_heads, d}, "index_n_heads, hidden_size");
-      if (!c.is_moe_layer(l)) {
-        lw.mlp = mlp(p + ".mlp", c.intermediate_size, "intermediate_size");
-      } else {
-        moe_weights m;
-        m.gate = tensor<bf16, 2>(p + ".mlp.gate.weight", {c.n_routed_experts, d}, "n_routed_experts, hidden_size");
-        const std::string bias = p + ".mlp.gate.e_score_correction_bias";
-        if (ckpt_->contains(bias)) m.bias = vector_f32(bias, c.n_routed_experts, "n_routed_experts");
-        m.experts.reserve(static_cast<std::size_t>(c.n_routed_experts));
-        for (index_t e = 0; e < c.n_routed_experts; ++e) {
-          m.experts.push_back(mlp(p + ".mlp.experts." + std::to_string(e), c.moe_intermediate_size, "moe_intermediate_size"));
-        }
-        if (c.n_shared_experts > 0) {
-          m.shared_experts = mlp(p + ".mlp.shared_experts", c.n_shared_experts * c.moe_intermediate_size,
-                                 "n_shared_experts * moe_intermediate_size");
-        }
-        lw.moe = std::move(m);
-      }
-      layers.push_back(std::move(lw));
-    }
-  }
+  void bind_all(index_t num_layers);
 
   ::dsa::model::config cfg_;
   std::unique_ptr<safetensors_checkpoint> ckpt_;
   weight_check check_ = weight_check::finite;
   std::vector<std::vector<float>> widened_;  // BF16 norm weights and biases widened to fp32
 };
+
+#if DSA_MODEL_IO_DEFINITIONS  // dsa/model/io_linkage.hpp
+DSA_MODEL_IO weights weights::load(const std::filesystem::path& dir, index_t num_layers, weight_check check) {
+  namespace fs = std::filesystem;
+  ::dsa::model::config cfg = config::load(dir);
+  const fs::path ckpt = fs::is_directory(dir) ? dir : dir.parent_path();
+  return bind(std::move(cfg), safetensors_checkpoint::open(ckpt), num_layers, check);
+}
+
+DSA_MODEL_IO weights weights::bind(::dsa::model::config cfg, safetensors_checkpoint ckpt, index_t num_layers,
+                                 weight_check check) {
+  weights w(std::move(cfg), std::make_unique<safetensors_checkpoint>(std::move(ckpt)), check);
+  w.bind_all(num_layers);
+  return w;
+}
+
+DSA_MODEL_IO void weights::bind_all(index_t num_layers) {
+  const auto& c = cfg_;
+  const index_t n_layers = num_layers < 0 ? c.num_hidden_layers : num_layers;
+  if (n_layers > c.num_hidden_layers) {
+    fail("model::weights", "num_layers", n_layers,
+         "at most num_hidden_layers = " + std::to_string(c.num_hidden_layers) + " (or -1 for all)");
+  }
+  const index_t stored = check_layer_count();
+  const index_t d = c.hidden_size, h = c.num_attention_heads;
+  embed_tokens = tensor<bf16, 2>("model.embed_tokens.weight", {c.vocab_size, d}, "vocab_size, hidden_size");
+  norm = vector_f32("model.norm.weight", d, "hidden_size");
+  lm_head = c.tie_word_embeddings ? embed_tokens
+                                  : tensor<bf16, 2>("lm_head.weight", {c.vocab_size, d}, "vocab_size, hidden_size");
+  // Room for the layers the checkpoint holds, not for what config.json claims: a missing layer
+  // is a dsa::error naming its first tensor below, never an allocation sized by the config.
+  layers.reserve(static_cast<std::size_t>(std::min(n_layers, stored)));
+  for (index_t l = 0; l < n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l);
+    const std::string a = p + ".self_attn";
+    layer_weights lw;
+    lw.input_layernorm = vector_f32(p + ".input_layernorm.weight", d, "hidden_size");
+    lw.post_attention_layernorm = vector_f32(p + ".post_attention_layernorm.weight", d, "hidden_size");
+    attention_weights& at = lw.attn;
+    at.q_a_proj = linear(a + ".q_a_proj", c.q_lora_rank, d, "q_lora_rank, hidden_size");
+    at.q_a_layernorm = vector_f32(a + ".q_a_layernorm.weight", c.q_lora_rank, "q_lora_rank");
+    at.q_b_proj = linear(a + ".q_b_proj", h * c.qk_head_dim(), c.q_lora_rank,
+                         "num_attention_heads * (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank");
+    at.kv_a_proj_with_mqa = linear(a + ".kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, d,
+                                   "kv_lora_rank + qk_rope_head_dim, hidden_size");
+    at.kv_a_layernorm = vector_f32(a + ".kv_a_layernorm.weight", c.kv_lora_rank, "kv_lora_rank");
+    at.kv_b_proj = linear(a + ".kv_b_proj", h * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank,
+                          "num_attention_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank");
+    at.o_proj = linear(a + ".o_proj", d, h * c.v_head_dim, "hidden_size, num_attention_heads * v_head_dim");
+    const std::string ix = a + ".indexer";
+    at.indexer.wq_b = linear(ix + ".wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank,
+                             "index_n_heads * index_head_dim, q_lora_rank");
+    at.indexer.wk = linear(ix + ".wk", c.index_head_dim, d, "index_head_dim, hidden_size");
+    at.indexer.k_norm_weight = vector_f32(ix + ".k_norm.weight", c.index_head_dim, "index_head_dim");
+    at.indexer.k_norm_bias = vector_f32(ix + ".k_norm.bias", c.index_head_dim, "index_head_dim");
+    at.indexer.weights_proj =
+        tensor<bf16, 2>(ix + ".weights_proj.weight", {c.index_n_heads, d}, "index_n_heads, hidden_size");
+    if (!c.is_moe_layer(l)) {
+      lw.mlp = mlp(p + ".mlp", c.intermediate_size, "intermediate_size");
+    } else {
+      moe_weights m;
+      m.gate = tensor<bf16, 2>(p + ".mlp.gate.weight", {c.n_routed_experts, d}, "n_routed_experts, hidden_size");
+      const std::string bias = p + ".mlp.gate.e_score_correction_bias";
+      if (ckpt_->contains(bias)) m.bias = vector_f32(bias, c.n_routed_experts, "n_routed_experts");
+      m.experts.reserve(static_cast<std::size_t>(c.n_routed_experts));
+      for (index_t e = 0; e < c.n_routed_experts; ++e) {
+        m.experts.push_back(mlp(p + ".mlp.experts." + std::to_string(e), c.moe_intermediate_size, "moe_intermediate_size"));
+      }
+      if (c.n_shared_experts > 0) {
+        m.shared_experts = mlp(p + ".mlp.shared_experts", c.n_shared_experts * c.moe_intermediate_size,
+                               "n_shared_experts * moe_intermediate_size");
+      }
+      lw.moe = std::move(m);
+    }
+    layers.push_back(std::move(lw));
+  }
+}
+#endif  // DSA_MODEL_IO_DEFINITIONS
 
 }  // namespace model
 DSA_NAMESPACE_END
