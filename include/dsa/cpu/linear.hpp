@@ -923,16 +923,24 @@ struct packed_tiles {
       if (!whole_run(kb0, nb)) return false;  // the kernel reads the step's blocks as one run
       // Full runs for every t; a shorter last run (in not a multiple of 512) with one row only,
       // the tile path takes it for more (fewer instantiations, a few blocks per row).
-      switch (nb == 4 ? t : t == 1 ? -nb : 0) {
-        case 1: packed_gemv_fp32<1, 4>(w, g0, kb0, x, ldx, d); return true;
-        case 2: packed_gemv_fp32<2, 4>(w, g0, kb0, x, ldx, d); return true;
-        case 3: packed_gemv_fp32<3, 4>(w, g0, kb0, x, ldx, d); return true;
-        case 4: packed_gemv_fp32<4, 4>(w, g0, kb0, x, ldx, d); return true;
-        case -3: packed_gemv_fp32<1, 3>(w, g0, kb0, x, ldx, d); return true;
-        case -2: packed_gemv_fp32<1, 2>(w, g0, kb0, x, ldx, d); return true;
-        case -1: packed_gemv_fp32<1, 1>(w, g0, kb0, x, ldx, d); return true;
-        default: return false;
+      if (nb == 4) {
+        switch (t) {
+          case 1: packed_gemv_fp32<1, 4>(w, g0, kb0, x, ldx, d); return true;
+          case 2: packed_gemv_fp32<2, 4>(w, g0, kb0, x, ldx, d); return true;
+          case 3: packed_gemv_fp32<3, 4>(w, g0, kb0, x, ldx, d); return true;
+          case 4: packed_gemv_fp32<4, 4>(w, g0, kb0, x, ldx, d); return true;
+          default: return false;
+        }
       }
+      if (t == 1) {
+        switch (nb) {
+          case 3: packed_gemv_fp32<1, 3>(w, g0, kb0, x, ldx, d); return true;
+          case 2: packed_gemv_fp32<1, 2>(w, g0, kb0, x, ldx, d); return true;
+          case 1: packed_gemv_fp32<1, 1>(w, g0, kb0, x, ldx, d); return true;
+          default: return false;
+        }
+      }
+      return false;
     }
 #endif
     (void)kb0, (void)nb, (void)t, (void)x, (void)ldx, (void)d;
