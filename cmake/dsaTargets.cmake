@@ -59,11 +59,15 @@ endif()
 # development flags and DSA_EXTERN_CPU_TRANSFORMER, instead of compiling the whole pass (every
 # layer's ops) in each translation unit -- the bulk of a model-level test's compile time, paid
 # ten times per build before (docs/decisions.md, "CI budget") -- and likewise the model's file
-# I/O (instances/model_io.cpp, dsa/model/io_linkage.hpp). Programs compiled with other
-# flags (the AVX-512 test variants) must not link it: they compile their own pass.
+# I/O (instances/model_io.cpp, dsa/model/io_linkage.hpp), which is also a target of its own,
+# dsa_model_io, for programs that read checkpoints but run no forward pass (they must not
+# instantiate transformer<cpu_backend>: under DSA_EXTERN_CPU_TRANSFORMER it is only declared).
+# Programs compiled with other flags (the AVX-512 test variants) must not link either: they
+# compile their own pass.
 if(DSA_BUILD_TESTS OR DSA_BUILD_TOOLS OR DSA_BUILD_EXAMPLES OR DSA_BUILD_BENCH)
-  add_library(dsa_cpu_transformer STATIC "${PROJECT_SOURCE_DIR}/instances/cpu_transformer.cpp"
-                                         "${PROJECT_SOURCE_DIR}/instances/model_io.cpp")
-  target_link_libraries(dsa_cpu_transformer PUBLIC dsa::model dsa_dev_flags)
-  target_compile_definitions(dsa_cpu_transformer PUBLIC DSA_EXTERN_CPU_TRANSFORMER)
+  add_library(dsa_model_io STATIC "${PROJECT_SOURCE_DIR}/instances/model_io.cpp")
+  target_link_libraries(dsa_model_io PUBLIC dsa::model dsa_dev_flags)
+  target_compile_definitions(dsa_model_io PUBLIC DSA_EXTERN_CPU_TRANSFORMER)
+  add_library(dsa_cpu_transformer STATIC "${PROJECT_SOURCE_DIR}/instances/cpu_transformer.cpp")
+  target_link_libraries(dsa_cpu_transformer PUBLIC dsa_model_io)
 endif()

@@ -120,7 +120,7 @@ TEST_CASE("fp8_linear with a packed weight gives the bits of the weight it was p
           CAPTURE(threads);
           const dsa::cpu_backend be = backend(threads, mode);
           // fp32 outputs only: a bf16 y is the same fp32 accumulators rounded by the store both
-          // paths share (store_panel), and each output type instantiates every kernel again.
+          // paths share (fp8_out_rows::store_panel).
           const std::vector<float> want = run<float>(p, be, nullptr);
           CHECK(same_bits(run<float>(p, be, &packed), want));
           if (rate > 0.1) {

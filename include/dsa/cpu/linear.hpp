@@ -705,6 +705,16 @@ DSA_FORCEINLINE void gemv_micro_dispatch(int mr, int nb, const T* x, index_t ldx
   }
 }
 
+/// gemv_micro_dispatch for every t <= 4 and nb, out of line: fp8_gemv is instantiated once per
+/// weight form (view and packed), and the micro-kernels are most of its code, so both forms call
+/// this one copy (one call per nb blocks of a panel, next to the t * nb * 128 * NR products it
+/// runs).
+template <class T, index_t NR>
+[[gnu::noinline]] void gemv_micro_call(int t, int nb, const T* x, index_t ldx, const std::uint32_t* pt,
+                                       index_t tile_stride, float* d, const std::uint8_t* ahead) {
+  gemv_micro_dispatch<T, NR, 4, gemv_max_nb>(t, nb, x, ldx, pt, tile_stride, d, ahead);
+}
+
 /// Prefill: the pair tile of one block widened into tile[k][NR] of T (once per block, shared by
 /// every row of the chunk).
 template <class T, index_t NR>
@@ -960,22 +970,58 @@ inline index_t out_features(const packed_fp8_weight& w) { return w.out_features(
 inline index_t in_features(const tensor_view<const fp8_e4m3, 2>& w) { return w.extent(1); }
 inline index_t in_features(const packed_fp8_weight& w) { return w.in_features(); }
 
-template <class O>
-void store_panel(const tensor_view<O, 2>& y, index_t y0, index_t rows, index_t n0, index_t nn, const float* acc,
-                 index_t nr) {
-  for (index_t i = 0; i < rows; ++i) {
-    O* yr = y.row(y0 + i) + n0;
-    const float* ar = acc + i * nr;
-    for (index_t j = 0; j < nn; ++j) yr[j] = from_float<O>(ar[j]);
+/// One k-block of a prefill panel for every row of the chunk: MR rows at a time through the
+/// micro-kernel, each product promoted into acc[rows][NR] in block order. Out of line and shared
+/// by both weight forms' fp8_gemm, as gemv_micro_call (one call per panel and block).
+template <class T, index_t NR, int MR>
+[[gnu::noinline]] void gemm_block_rows(index_t rows, const T* xb, const T* tile, float* d, float* acc,
+                                       const float* xs, index_t nkb, index_t kb, float wscale) {
+  for (index_t i0 = 0; i0 < rows; i0 += MR) {
+    const int mr = static_cast<int>(std::min<index_t>(MR, rows - i0));
+    gemm_micro_dispatch<T, NR, MR>(mr, xb + i0 * block, block, tile, d);
+    for (int i = 0; i < mr; ++i) {
+      promote<NR>(acc + (i0 + i) * NR, d + i * NR, fp8_linear_block_scale(xs[(i0 + i) * nkb + kb], wscale));
+    }
   }
 }
+
+/// Where the fp8 kernels write y, its element type (bf16 or float) a runtime tag: they store
+/// each output once, after its whole k loop, so the branch costs nothing there, while a type
+/// parameter doubled every micro-kernel instantiated (and the build time of every translation
+/// unit that calls fp8_linear). Rows are y.stride(0) apart, columns contiguous (the front-end's
+/// contract).
+struct fp8_out_rows {
+  void* data;
+  index_t ld;
+  bool is_bf16;
+
+  template <class O>
+  explicit fp8_out_rows(const tensor_view<O, 2>& y)
+      : data(y.data_handle()), ld(y.stride(0)), is_bf16(std::is_same_v<O, bf16>) {
+    static_assert(std::is_same_v<O, bf16> || std::is_same_v<O, float>);
+  }
+
+  /// y(y0 + i, n0 + j) = acc[i * nr + j] rounded once, for i < rows and j < nn.
+  void store_panel(index_t y0, index_t rows, index_t n0, index_t nn, const float* acc, index_t nr) const {
+    for (index_t i = 0; i < rows; ++i) {
+      const float* ar = acc + i * nr;
+      if (is_bf16) {
+        bf16* yr = static_cast<bf16*>(data) + (y0 + i) * ld + n0;
+        for (index_t j = 0; j < nn; ++j) yr[j] = from_float<bf16>(ar[j]);
+      } else {
+        float* yr = static_cast<float*>(data) + (y0 + i) * ld + n0;
+        for (index_t j = 0; j < nn; ++j) yr[j] = ar[j];
+      }
+    }
+  }
+};
 
 /// Decode (t <= 4 rows): panels of NR outputs split over threads; each panel walks the k-blocks
 /// nb at a time: nb pair tiles, one micro-kernel call for all rows, then every block's
 /// promotion in ascending order.
-template <class T, index_t NR, class Codes, class O>
+template <class T, index_t NR, class Codes>
 void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, const Codes& w,
-              const tensor_view<const float, 2>& ws, const tensor_view<O, 2>& y) {
+              const tensor_view<const float, 2>& ws, const fp8_out_rows& y) {
   const index_t in = in_features(w);
   const index_t out = out_features(w);
   const index_t nkb = in / block;
@@ -996,8 +1042,7 @@ void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, co
         const int nb = static_cast<int>(std::min<index_t>(nb_max, nkb - kb0));
         if (!tiles.gemv_regs(kb0, nb, t, xv + kb0 * block, in, d)) {
           tiles.tiles(kb0, nb, pt, tile_stride);
-          gemv_micro_dispatch<T, NR, 4, gemv_max_nb>(static_cast<int>(t), nb, xv + kb0 * block, in, pt, tile_stride, d,
-                                                     tiles.ahead(kb0, nb));
+          gemv_micro_call<T, NR>(static_cast<int>(t), nb, xv + kb0 * block, in, pt, tile_stride, d, tiles.ahead(kb0, nb));
         }
         for (int b = 0; b < nb; ++b) {
           const float wscale = wsr[kb0 + b];
@@ -1006,7 +1051,7 @@ void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, co
           }
         }
       }
-      store_panel(y, 0, t, n0, std::min(NR, out - n0), acc, NR);
+      y.store_panel(0, t, n0, std::min(NR, out - n0), acc, NR);
     }
   };
   if (out * in >= gemv_parallel_bytes) {
@@ -1020,9 +1065,9 @@ void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, co
 /// y.row(y0 + i). Panels of NR outputs split over threads; per panel and block: the pair tile,
 /// widened once into a T tile, then MR rows at a time through the micro-kernel and the
 /// promotion.
-template <class T, index_t NR, int MR, class Codes, class O>
+template <class T, index_t NR, int MR, class Codes>
 void fp8_gemm(const cpu_backend& be, const T* xv, const float* xs, index_t rows, const Codes& w,
-              const tensor_view<const float, 2>& ws, const tensor_view<O, 2>& y, index_t y0) {
+              const tensor_view<const float, 2>& ws, const fp8_out_rows& y, index_t y0) {
   const index_t in = in_features(w);
   const index_t out = out_features(w);
   const index_t nkb = in / block;
@@ -1041,23 +1086,16 @@ void fp8_gemm(const cpu_backend& be, const T* xv, const float* xs, index_t rows,
       for (index_t kb = 0; kb < nkb; ++kb) {
         tiles.tile(kb, pt);
         widen_tile<T, NR>(pt, tile);
-        const float wscale = wsr[kb];
-        for (index_t i0 = 0; i0 < rows; i0 += MR) {
-          const int mr = static_cast<int>(std::min<index_t>(MR, rows - i0));
-          gemm_micro_dispatch<T, NR, MR>(mr, xv + (kb * rows + i0) * block, block, tile, d);
-          for (int i = 0; i < mr; ++i) {
-            promote<NR>(acc + (i0 + i) * NR, d + i * NR, fp8_linear_block_scale(xs[(i0 + i) * nkb + kb], wscale));
-          }
-        }
+        gemm_block_rows<T, NR, MR>(rows, xv + kb * rows * block, tile, d, acc, xs, nkb, kb, wsr[kb]);
       }
-      store_panel(y, y0, rows, n0, std::min(NR, out - n0), acc, NR);
+      y.store_panel(y0, rows, n0, std::min(NR, out - n0), acc, NR);
     }
   });
 }
 
-template <class T, class X, class Codes, class O>
+template <class T, class X, class Codes>
 void fp8_linear_run(const cpu_backend& be, const tensor_view<const X, 2>& x, const Codes& w,
-                    const tensor_view<const float, 2>& ws, const tensor_view<O, 2>& y, scale_format fmt) {
+                    const tensor_view<const float, 2>& ws, const fp8_out_rows& y, scale_format fmt) {
   using shape = fp8_shape<T>;
   const index_t t = x.extent(0);
   const index_t in = x.extent(1);
@@ -1107,9 +1145,9 @@ void fp8_linear_dispatch(const cpu_backend& be, const tensor_view<const X, 2>& x
   if (x.extent(1) == 0) {
     fill_zero(be, y);
   } else if (be.fp8_block_dot == fp8_dot::fp32) {
-    fp8_linear_run<float>(be, x, w, ws, y, fmt);
+    fp8_linear_run<float>(be, x, w, ws, fp8_out_rows(y), fmt);
   } else {
-    fp8_linear_run<double>(be, x, w, ws, y, fmt);
+    fp8_linear_run<double>(be, x, w, ws, fp8_out_rows(y), fmt);
   }
 }
 
