@@ -368,8 +368,8 @@ void BM_fp8_gemv_parts(benchmark::State& state) {
         if (!tiles.gemv_regs(kb, static_cast<int>(nb), t, xk, in, d.data())) state.SkipWithError("no register path");
       } else {
         li::decode_packed_run<nr>(packed, 0, kb, static_cast<int>(nb), pt.data(), tile_stride);
-        li::gemv_micro_dispatch<float, nr, 4, nb>(static_cast<int>(t), static_cast<int>(nb), xk, in, pt.data(),
-                                                  tile_stride, d.data());
+        li::gemv_micro_call<float, nr>(static_cast<int>(t), static_cast<int>(nb), xk, in, pt.data(), tile_stride,
+                                       d.data(), nullptr);
       }
       benchmark::ClobberMemory();
     }

@@ -690,29 +690,35 @@ DSA_FORCEINLINE void gemv_micro(const T* DSA_RESTRICT x, index_t ldx, const std:
   }
 }
 
-/// gemv_micro for mr <= M rows and nb <= NB blocks, chosen at run time.
-template <class T, index_t NR, int M, int NB>
-DSA_FORCEINLINE void gemv_micro_dispatch(int mr, int nb, const T* x, index_t ldx, const std::uint32_t* pt,
-                                         index_t tile_stride, float* d, const std::uint8_t* ahead = nullptr) {
-  if constexpr (M >= 1 && NB >= 1) {
-    if (nb < NB) {
-      gemv_micro_dispatch<T, NR, M, NB - 1>(mr, nb, x, ldx, pt, tile_stride, d, ahead);
-    } else if (mr < M) {
-      gemv_micro_dispatch<T, NR, M - 1, NB>(mr, nb, x, ldx, pt, tile_stride, d, ahead);
-    } else {
-      gemv_micro<T, M, NR, NB>(x, ldx, pt, tile_stride, d, ahead);
-    }
+/// gemv_micro for M rows and nb blocks: in one call when nb is the decode step's gemv_nb(M), else
+/// (a panel's last, shorter step) one block at a time. Every block is an independent chain, so
+/// both give the same bits, and only two block counts per row count are compiled (the decode
+/// micro-kernels, fully unrolled, are most of fp8_linear's compile time).
+template <class T, index_t NR, int M>
+DSA_FORCEINLINE void gemv_micro_steps(int nb, const T* x, index_t ldx, const std::uint32_t* pt, index_t tile_stride,
+                                      float* d, const std::uint8_t* ahead) {
+  constexpr int NB = gemv_nb<T>(M);
+  if (nb == NB) {
+    gemv_micro<T, M, NR, NB>(x, ldx, pt, tile_stride, d, ahead);
+    return;
+  }
+  for (int b = 0; b < nb; ++b) {
+    gemv_micro<T, M, NR, 1>(x + b * block, ldx, pt + b * tile_stride, tile_stride, d + b * M * NR);
   }
 }
 
-/// gemv_micro_dispatch for every t <= 4 and nb, out of line: fp8_gemv is instantiated once per
-/// weight form (view and packed), and the micro-kernels are most of its code, so both forms call
-/// this one copy (one call per nb blocks of a panel, next to the t * nb * 128 * NR products it
-/// runs).
+/// gemv_micro_steps for t <= 4 rows, out of line: fp8_gemv is instantiated once per weight form
+/// (view and packed), and both call this one copy (one call per step of a panel, next to the
+/// t * nb * 128 * NR products it runs). d[(b * t + i) * NR + j]: block b, row i.
 template <class T, index_t NR>
 [[gnu::noinline]] void gemv_micro_call(int t, int nb, const T* x, index_t ldx, const std::uint32_t* pt,
                                        index_t tile_stride, float* d, const std::uint8_t* ahead) {
-  gemv_micro_dispatch<T, NR, 4, gemv_max_nb>(t, nb, x, ldx, pt, tile_stride, d, ahead);
+  switch (t) {
+    case 1: gemv_micro_steps<T, NR, 1>(nb, x, ldx, pt, tile_stride, d, ahead); break;
+    case 2: gemv_micro_steps<T, NR, 2>(nb, x, ldx, pt, tile_stride, d, ahead); break;
+    case 3: gemv_micro_steps<T, NR, 3>(nb, x, ldx, pt, tile_stride, d, ahead); break;
+    default: gemv_micro_steps<T, NR, 4>(nb, x, ldx, pt, tile_stride, d, ahead); break;
+  }
 }
 
 /// Prefill: the pair tile of one block widened into tile[k][NR] of T (once per block, shared by
