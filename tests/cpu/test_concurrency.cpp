@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dsa/core/backend.hpp"
+#include "dsa/dsa.hpp"
 #include "support/op_suite.hpp"
 
 TEST_CASE("8 threads running every op concurrently match a single-threaded run") {

@@ -14,8 +14,7 @@
 #include <numeric>
 #include <vector>
 
-#include "dsa/core/backend.hpp"
-#include "support/op_suite.hpp"
+#include "dsa/dsa.hpp"
 #include "support/random.hpp"
 
 namespace {
