@@ -62,12 +62,20 @@ endif()
 # I/O (instances/model_io.cpp, dsa/model/io_linkage.hpp), which is also a target of its own,
 # dsa_model_io, for programs that read checkpoints but run no forward pass (they must not
 # instantiate transformer<cpu_backend>: under DSA_EXTERN_CPU_TRANSFORMER it is only declared).
-# Programs compiled with other flags (the AVX-512 test variants) must not link either: they
-# compile their own pass.
+# Programs compiled with other flags (the AVX-512 test variants) must not link any of these: they
+# compile their own pass and ops.
 if(DSA_BUILD_TESTS OR DSA_BUILD_TOOLS OR DSA_BUILD_EXAMPLES OR DSA_BUILD_BENCH)
+  # The CPU ops, likewise (dsa/cpu/op_instances.hpp): programs that link dsa_cpu_ops call the
+  # instances compiled here (four files, built in parallel) for the type combinations the CPU
+  # headers list; the forward pass is one of them.
+  add_library(dsa_cpu_ops STATIC
+    "${PROJECT_SOURCE_DIR}/instances/cpu_ops_attention.cpp" "${PROJECT_SOURCE_DIR}/instances/cpu_ops_indexer.cpp"
+    "${PROJECT_SOURCE_DIR}/instances/cpu_ops_layers.cpp" "${PROJECT_SOURCE_DIR}/instances/cpu_ops_linear.cpp")
+  target_link_libraries(dsa_cpu_ops PUBLIC dsa::dsa dsa_dev_flags)
+  target_compile_definitions(dsa_cpu_ops PUBLIC DSA_EXTERN_CPU_OPS)
   add_library(dsa_model_io STATIC "${PROJECT_SOURCE_DIR}/instances/model_io.cpp")
   target_link_libraries(dsa_model_io PUBLIC dsa::model dsa_dev_flags)
   target_compile_definitions(dsa_model_io PUBLIC DSA_EXTERN_CPU_TRANSFORMER)
   add_library(dsa_cpu_transformer STATIC "${PROJECT_SOURCE_DIR}/instances/cpu_transformer.cpp")
-  target_link_libraries(dsa_cpu_transformer PUBLIC dsa_model_io)
+  target_link_libraries(dsa_cpu_transformer PUBLIC dsa_model_io dsa_cpu_ops)
 endif()
