@@ -68,3 +68,14 @@ function(dsa_cuda_target target)
     target_link_libraries(${target} PRIVATE dsa::cuda)
   endif()
 endfunction()
+
+# The CUDA ops compiled once for dsa's own programs (dsa/core/op_instances.hpp), as dsa_cpu_ops
+# (cmake/dsaTargets.cmake) for the CPU: the op launchers of the tests, the benchmarks, dsa_validate
+# and the CUDA forward pass link it instead of compiling every kernel again (five files, compiled
+# in parallel). The --use_fast_math launchers, built with other flags, must not.
+if(DSA_BUILD_TESTS OR DSA_BUILD_TOOLS OR DSA_BUILD_BENCH)
+  file(GLOB _dsa_cuda_op_instances CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/instances/cuda_ops_*.cu")
+  add_library(dsa_cuda_ops STATIC ${_dsa_cuda_op_instances})
+  dsa_cuda_target(dsa_cuda_ops)
+  target_compile_definitions(dsa_cuda_ops PUBLIC DSA_EXTERN_CUDA_OPS)
+endif()

@@ -65,7 +65,7 @@ endif()
 # Programs compiled with other flags (the AVX-512 test variants) must not link any of these: they
 # compile their own pass and ops.
 if(DSA_BUILD_TESTS OR DSA_BUILD_TOOLS OR DSA_BUILD_EXAMPLES OR DSA_BUILD_BENCH)
-  # The CPU ops, likewise (dsa/cpu/op_instances.hpp): programs that link dsa_cpu_ops call the
+  # The CPU ops, likewise (dsa/core/op_instances.hpp): programs that link dsa_cpu_ops call the
   # instances compiled here (four files, built in parallel) for the type combinations the CPU
   # headers list; the forward pass is one of them.
   add_library(dsa_cpu_ops STATIC

@@ -1,4 +1,4 @@
-// The CPU ops compiled once for dsa's own programs (dsa/cpu/op_instances.hpp): the lightning
+// The CPU ops compiled once for dsa's own programs (dsa/core/op_instances.hpp): the lightning
 // indexer, its weights and KL losses, top-k selection and gather.
 #include "dsa/cpu/indexer_kl_loss.hpp"
 #include "dsa/cpu/indexer_weights.hpp"
@@ -6,8 +6,9 @@
 #include "dsa/cpu/topk.hpp"
 
 DSA_NAMESPACE_BEGIN
-DSA_CPU_LIGHTNING_INDEXER_INSTANCES(DSA_DEFINE_INSTANCE)
-DSA_CPU_INDEXER_WEIGHTS_INSTANCES(DSA_DEFINE_INSTANCE)
-DSA_CPU_INDEXER_KL_LOSS_INSTANCES(DSA_DEFINE_INSTANCE)
-DSA_CPU_TOPK_INSTANCES(DSA_DEFINE_INSTANCE)
+DSA_LIGHTNING_INDEXER_INSTANCES(DSA_DEFINE_INSTANCE, cpu_backend)
+DSA_INDEXER_WEIGHTS_INSTANCES(DSA_DEFINE_INSTANCE, cpu_backend)
+DSA_INDEXER_KL_LOSS_INSTANCES(DSA_DEFINE_INSTANCE, cpu_backend)
+DSA_CPU_INDEXER_KL_LOSS_ALLOCATING_INSTANCES(DSA_DEFINE_INSTANCE, cpu_backend)
+DSA_TOPK_INSTANCES(DSA_DEFINE_INSTANCE, cpu_backend)
 DSA_NAMESPACE_END

@@ -6,7 +6,6 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/activation.hpp"
 #include "dsa/ops/activation.hpp"
@@ -32,7 +31,4 @@ struct op_impl<cpu_backend, swiglu_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_SWIGLU_INSTANCES(X) \
-  X(void swiglu<cpu_backend>(const cpu_backend&, host_view<const bf16, 2>, host_view<const bf16, 2>, host_view<bf16, 2>))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_SWIGLU_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_SWIGLU_INSTANCES)

@@ -26,7 +26,6 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/cpu/avx512_io.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/cpu/prefetch.hpp"
 #include "dsa/numerics/fp8_quant.hpp"
@@ -321,18 +320,4 @@ struct op_impl<cpu_backend, weight_dequant_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_FP8_QUANT_INSTANCES(X) \
-  X(void act_quant<cpu_backend, float>(const cpu_backend&, host_view<float, 2>, host_view<fp8_e4m3, 2>, host_view<float, 2>, act_quant_config)) \
-  X(void act_quant<cpu_backend, const float>(const cpu_backend&, host_view<const float, 2>, host_view<fp8_e4m3, 2>, host_view<float, 2>, act_quant_config)) \
-  X(void act_quant<cpu_backend, bf16>(const cpu_backend&, host_view<bf16, 2>, host_view<fp8_e4m3, 2>, host_view<float, 2>, act_quant_config)) \
-  X(void act_quant<cpu_backend, const bf16>(const cpu_backend&, host_view<const bf16, 2>, host_view<fp8_e4m3, 2>, host_view<float, 2>, act_quant_config)) \
-  X(void act_dequant<cpu_backend, float>(const cpu_backend&, host_view<const fp8_e4m3, 2>, host_view<const float, 2>, host_view<float, 2>, index_t)) \
-  X(void act_dequant<cpu_backend, bf16>(const cpu_backend&, host_view<const fp8_e4m3, 2>, host_view<const float, 2>, host_view<bf16, 2>, index_t)) \
-  X(void weight_quant<cpu_backend, float>(const cpu_backend&, host_view<float, 2>, host_view<fp8_e4m3, 2>, host_view<float, 2>)) \
-  X(void weight_quant<cpu_backend, const float>(const cpu_backend&, host_view<const float, 2>, host_view<fp8_e4m3, 2>, host_view<float, 2>)) \
-  X(void weight_quant<cpu_backend, bf16>(const cpu_backend&, host_view<bf16, 2>, host_view<fp8_e4m3, 2>, host_view<float, 2>)) \
-  X(void weight_quant<cpu_backend, const bf16>(const cpu_backend&, host_view<const bf16, 2>, host_view<fp8_e4m3, 2>, host_view<float, 2>)) \
-  X(void weight_dequant<cpu_backend, float>(const cpu_backend&, host_view<const fp8_e4m3, 2>, host_view<const float, 2>, host_view<float, 2>)) \
-  X(void weight_dequant<cpu_backend, bf16>(const cpu_backend&, host_view<const fp8_e4m3, 2>, host_view<const float, 2>, host_view<bf16, 2>))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_FP8_QUANT_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_FP8_QUANT_INSTANCES)

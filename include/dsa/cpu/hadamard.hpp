@@ -29,7 +29,6 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/cpu/avx512_io.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/cpu/prefetch.hpp"
 #include "dsa/cpu/streaming_stores.hpp"
@@ -347,8 +346,4 @@ struct op_impl<cpu_backend, hadamard_transform_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_HADAMARD_INSTANCES(X) \
-  X(void hadamard_transform<cpu_backend, float>(const cpu_backend&, host_view<const float, 2>, host_view<float, 2>, float)) \
-  X(void hadamard_transform<cpu_backend, bf16>(const cpu_backend&, host_view<const bf16, 2>, host_view<bf16, 2>, float))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_HADAMARD_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_HADAMARD_INSTANCES)

@@ -14,7 +14,6 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/indexer_kl_loss.hpp"
 #include "dsa/ops/indexer_kl_loss.hpp"
@@ -142,10 +141,9 @@ struct op_impl<cpu_backend, indexer_kl_loss_sparse_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_INDEXER_KL_LOSS_INSTANCES(X) \
-  X(void indexer_kl_loss_dense<cpu_backend>(const cpu_backend&, host_view<const float, 3>, host_view<const float, 2>, host_view<const std::int32_t, 2>, host_view<float, 1>, host_view<float, 2>)) \
-  X(void indexer_kl_loss_dense<cpu_backend>(const cpu_backend&, host_view<const float, 3>, host_view<const float, 2>, host_view<const std::int32_t, 2>, host_view<float, 1>, host_view<float, 2>, host_view<std::byte, 1>)) \
-  X(void indexer_kl_loss_sparse<cpu_backend>(const cpu_backend&, host_view<const float, 3>, host_view<const float, 2>, host_view<const std::int32_t, 2>, host_view<float, 1>, host_view<float, 2>)) \
-  X(void indexer_kl_loss_sparse<cpu_backend>(const cpu_backend&, host_view<const float, 3>, host_view<const float, 2>, host_view<const std::int32_t, 2>, host_view<float, 1>, host_view<float, 2>, host_view<std::byte, 1>))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_INDEXER_KL_LOSS_INSTANCES)
+// The overloads that allocate their own workspace (CPU only), as the list in ops/indexer_kl_loss.hpp.
+#define DSA_CPU_INDEXER_KL_LOSS_ALLOCATING_INSTANCES(X, B) \
+  X(void indexer_kl_loss_dense<B>(const B&, in_view<B, float, 3>, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, out_view<B, float, 1>, out_view<B, float, 2>)) \
+  X(void indexer_kl_loss_sparse<B>(const B&, in_view<B, float, 3>, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, out_view<B, float, 1>, out_view<B, float, 2>))
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_INDEXER_KL_LOSS_ALLOCATING_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_INDEXER_KL_LOSS_INSTANCES)

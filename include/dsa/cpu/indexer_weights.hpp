@@ -3,7 +3,6 @@
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/indexer_weights.hpp"
 #include "dsa/ops/indexer_weights.hpp"
@@ -25,7 +24,4 @@ struct op_impl<cpu_backend, lightning_indexer_weights_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_INDEXER_WEIGHTS_INSTANCES(X) \
-  X(void lightning_indexer_weights<cpu_backend>(const cpu_backend&, host_view<const float, 2>, host_view<const float, 2>, host_view<float, 2>, float, float))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_INDEXER_WEIGHTS_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_INDEXER_WEIGHTS_INSTANCES)

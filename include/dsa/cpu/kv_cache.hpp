@@ -7,7 +7,6 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/kv_cache.hpp"
 #include "dsa/ops/kv_cache.hpp"
@@ -73,10 +72,4 @@ struct op_impl<cpu_backend, indexer_cache_unpack_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_KV_CACHE_INSTANCES(X) \
-  X(void kv_cache_fp8_pack<cpu_backend>(const cpu_backend&, host_view<const bf16, 2>, host_view<std::uint8_t, 2>, host_view<const std::int32_t, 1>)) \
-  X(void kv_cache_fp8_unpack<cpu_backend>(const cpu_backend&, host_view<const std::uint8_t, 2>, host_view<bf16, 2>)) \
-  X(void indexer_cache_pack<cpu_backend>(const cpu_backend&, host_view<const fp8_e4m3, 2>, host_view<const float, 1>, host_view<std::uint8_t, 2>, host_view<const std::int32_t, 1>)) \
-  X(void indexer_cache_unpack<cpu_backend>(const cpu_backend&, host_view<const std::uint8_t, 2>, host_view<fp8_e4m3, 2>, host_view<float, 1>))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_KV_CACHE_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_KV_CACHE_INSTANCES)

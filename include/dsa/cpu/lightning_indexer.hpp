@@ -31,7 +31,6 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/cpu/e4m3_value.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/fp32_ops.hpp"
 #include "dsa/numerics/kv_cache.hpp"
@@ -459,10 +458,4 @@ struct op_impl<cpu_backend, lightning_indexer_backward_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_LIGHTNING_INDEXER_INSTANCES(X) \
-  X(void lightning_indexer_scores<cpu_backend>(const cpu_backend&, host_view<const fp8_e4m3, 3>, host_view<const float, 2>, host_view<const fp8_e4m3, 2>, host_view<const float, 1>, host_view<const std::int32_t, 2>, host_view<float, 2>)) \
-  X(void lightning_indexer_scores<cpu_backend>(const cpu_backend&, host_view<const float, 3>, host_view<const float, 2>, host_view<const float, 2>, host_view<const float, 1>, host_view<const std::int32_t, 2>, host_view<float, 2>)) \
-  X(void lightning_indexer_scores_paged<cpu_backend>(const cpu_backend&, host_view<const fp8_e4m3, 3>, host_view<const float, 2>, host_view<const std::uint8_t, 2>, host_view<const std::int32_t, 2>, index_t, host_view<const std::int32_t, 2>, host_view<float, 2>)) \
-  X(void lightning_indexer_backward<cpu_backend>(const cpu_backend&, host_view<const float, 3>, host_view<const float, 2>, host_view<const float, 2>, host_view<const float, 1>, host_view<const std::int32_t, 2>, host_view<const float, 2>, host_view<float, 3>, host_view<float, 2>, host_view<float, 2>))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_LIGHTNING_INDEXER_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_LIGHTNING_INDEXER_INSTANCES)

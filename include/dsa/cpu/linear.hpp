@@ -48,7 +48,6 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/cpu/fp8_quant.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/packed_fp8_weight.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/cpu/prefetch.hpp"
@@ -1407,16 +1406,9 @@ struct op_impl<cpu_backend, linear_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_LINEAR_INSTANCES(X) \
-  X(void fp8_linear<cpu_backend, float, float>(const cpu_backend&, host_view<float, 2>, host_view<const fp8_e4m3, 2>, host_view<const float, 2>, host_view<float, 2>, scale_format)) \
-  X(void fp8_linear<cpu_backend, float, bf16>(const cpu_backend&, host_view<float, 2>, host_view<const fp8_e4m3, 2>, host_view<const float, 2>, host_view<bf16, 2>, scale_format)) \
-  X(void fp8_linear<cpu_backend, const float, float>(const cpu_backend&, host_view<const float, 2>, host_view<const fp8_e4m3, 2>, host_view<const float, 2>, host_view<float, 2>, scale_format)) \
-  X(void fp8_linear<cpu_backend, const float, bf16>(const cpu_backend&, host_view<const float, 2>, host_view<const fp8_e4m3, 2>, host_view<const float, 2>, host_view<bf16, 2>, scale_format)) \
-  X(void fp8_linear<cpu_backend, bf16, float>(const cpu_backend&, host_view<bf16, 2>, host_view<const fp8_e4m3, 2>, host_view<const float, 2>, host_view<float, 2>, scale_format)) \
-  X(void fp8_linear<cpu_backend, bf16, bf16>(const cpu_backend&, host_view<bf16, 2>, host_view<const fp8_e4m3, 2>, host_view<const float, 2>, host_view<bf16, 2>, scale_format)) \
-  X(void fp8_linear<cpu_backend, const bf16, float>(const cpu_backend&, host_view<const bf16, 2>, host_view<const fp8_e4m3, 2>, host_view<const float, 2>, host_view<float, 2>, scale_format)) \
-  X(void fp8_linear<cpu_backend, const bf16, bf16>(const cpu_backend&, host_view<const bf16, 2>, host_view<const fp8_e4m3, 2>, host_view<const float, 2>, host_view<bf16, 2>, scale_format)) \
+// The packed-weight fp8_linear's instances for dsa's own programs (dsa/core/op_instances.hpp;
+// CPU only, so B is unused).
+#define DSA_CPU_PACKED_FP8_LINEAR_INSTANCES(X, B) \
   X(void fp8_linear<float, float>(const cpu_backend&, host_view<float, 2>, const packed_fp8_weight&, host_view<const float, 2>, host_view<float, 2>, scale_format)) \
   X(void fp8_linear<float, bf16>(const cpu_backend&, host_view<float, 2>, const packed_fp8_weight&, host_view<const float, 2>, host_view<bf16, 2>, scale_format)) \
   X(void fp8_linear<const float, float>(const cpu_backend&, host_view<const float, 2>, const packed_fp8_weight&, host_view<const float, 2>, host_view<float, 2>, scale_format)) \
@@ -1424,37 +1416,6 @@ DSA_NAMESPACE_END
   X(void fp8_linear<bf16, float>(const cpu_backend&, host_view<bf16, 2>, const packed_fp8_weight&, host_view<const float, 2>, host_view<float, 2>, scale_format)) \
   X(void fp8_linear<bf16, bf16>(const cpu_backend&, host_view<bf16, 2>, const packed_fp8_weight&, host_view<const float, 2>, host_view<bf16, 2>, scale_format)) \
   X(void fp8_linear<const bf16, float>(const cpu_backend&, host_view<const bf16, 2>, const packed_fp8_weight&, host_view<const float, 2>, host_view<float, 2>, scale_format)) \
-  X(void fp8_linear<const bf16, bf16>(const cpu_backend&, host_view<const bf16, 2>, const packed_fp8_weight&, host_view<const float, 2>, host_view<bf16, 2>, scale_format)) \
-  X(void linear<cpu_backend, float, float, float>(const cpu_backend&, host_view<float, 2>, host_view<float, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, float, float, bf16>(const cpu_backend&, host_view<float, 2>, host_view<float, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, float, const float, float>(const cpu_backend&, host_view<float, 2>, host_view<const float, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, float, const float, bf16>(const cpu_backend&, host_view<float, 2>, host_view<const float, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, float, bf16, float>(const cpu_backend&, host_view<float, 2>, host_view<bf16, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, float, bf16, bf16>(const cpu_backend&, host_view<float, 2>, host_view<bf16, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, float, const bf16, float>(const cpu_backend&, host_view<float, 2>, host_view<const bf16, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, float, const bf16, bf16>(const cpu_backend&, host_view<float, 2>, host_view<const bf16, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, const float, float, float>(const cpu_backend&, host_view<const float, 2>, host_view<float, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, const float, float, bf16>(const cpu_backend&, host_view<const float, 2>, host_view<float, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, const float, const float, float>(const cpu_backend&, host_view<const float, 2>, host_view<const float, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, const float, const float, bf16>(const cpu_backend&, host_view<const float, 2>, host_view<const float, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, const float, bf16, float>(const cpu_backend&, host_view<const float, 2>, host_view<bf16, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, const float, bf16, bf16>(const cpu_backend&, host_view<const float, 2>, host_view<bf16, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, const float, const bf16, float>(const cpu_backend&, host_view<const float, 2>, host_view<const bf16, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, const float, const bf16, bf16>(const cpu_backend&, host_view<const float, 2>, host_view<const bf16, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, bf16, float, float>(const cpu_backend&, host_view<bf16, 2>, host_view<float, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, bf16, float, bf16>(const cpu_backend&, host_view<bf16, 2>, host_view<float, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, bf16, const float, float>(const cpu_backend&, host_view<bf16, 2>, host_view<const float, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, bf16, const float, bf16>(const cpu_backend&, host_view<bf16, 2>, host_view<const float, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, bf16, bf16, float>(const cpu_backend&, host_view<bf16, 2>, host_view<bf16, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, bf16, bf16, bf16>(const cpu_backend&, host_view<bf16, 2>, host_view<bf16, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, bf16, const bf16, float>(const cpu_backend&, host_view<bf16, 2>, host_view<const bf16, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, bf16, const bf16, bf16>(const cpu_backend&, host_view<bf16, 2>, host_view<const bf16, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, const bf16, float, float>(const cpu_backend&, host_view<const bf16, 2>, host_view<float, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, const bf16, float, bf16>(const cpu_backend&, host_view<const bf16, 2>, host_view<float, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, const bf16, const float, float>(const cpu_backend&, host_view<const bf16, 2>, host_view<const float, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, const bf16, const float, bf16>(const cpu_backend&, host_view<const bf16, 2>, host_view<const float, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, const bf16, bf16, float>(const cpu_backend&, host_view<const bf16, 2>, host_view<bf16, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, const bf16, bf16, bf16>(const cpu_backend&, host_view<const bf16, 2>, host_view<bf16, 2>, host_view<bf16, 2>)) \
-  X(void linear<cpu_backend, const bf16, const bf16, float>(const cpu_backend&, host_view<const bf16, 2>, host_view<const bf16, 2>, host_view<float, 2>)) \
-  X(void linear<cpu_backend, const bf16, const bf16, bf16>(const cpu_backend&, host_view<const bf16, 2>, host_view<const bf16, 2>, host_view<bf16, 2>))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_LINEAR_INSTANCES)
+  X(void fp8_linear<const bf16, bf16>(const cpu_backend&, host_view<const bf16, 2>, const packed_fp8_weight&, host_view<const float, 2>, host_view<bf16, 2>, scale_format))
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_PACKED_FP8_LINEAR_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_LINEAR_INSTANCES)

@@ -9,7 +9,6 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/moe_combine.hpp"
 #include "dsa/ops/moe_combine.hpp"
@@ -48,7 +47,4 @@ struct op_impl<cpu_backend, moe_combine_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_MOE_COMBINE_INSTANCES(X) \
-  X(void moe_combine<cpu_backend>(const cpu_backend&, host_view<const bf16, 2>, host_view<const std::int32_t, 2>, host_view<const float, 2>, host_view<const bf16, 2>, host_view<bf16, 2>))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_MOE_COMBINE_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_MOE_COMBINE_INSTANCES)

@@ -8,7 +8,6 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/moe_routing.hpp"
 #include "dsa/ops/moe_routing.hpp"
@@ -36,7 +35,4 @@ struct op_impl<cpu_backend, moe_route_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_MOE_ROUTING_INSTANCES(X) \
-  X(void moe_route<cpu_backend>(const cpu_backend&, host_view<const float, 2>, host_view<const float, 1>, host_view<std::int32_t, 2>, host_view<float, 2>, const moe_routing_config&))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_MOE_ROUTING_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_MOE_ROUTING_INSTANCES)

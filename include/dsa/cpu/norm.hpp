@@ -9,7 +9,6 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/norm.hpp"
 #include "dsa/ops/norm.hpp"
@@ -84,15 +83,4 @@ struct op_impl<cpu_backend, layer_norm_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_NORM_INSTANCES(X) \
-  X(void rms_norm<cpu_backend, float>(const cpu_backend&, host_view<float, 2>, host_view<const float, 1>, host_view<bf16, 2>, float)) \
-  X(void rms_norm<cpu_backend, const float>(const cpu_backend&, host_view<const float, 2>, host_view<const float, 1>, host_view<bf16, 2>, float)) \
-  X(void rms_norm<cpu_backend, bf16>(const cpu_backend&, host_view<bf16, 2>, host_view<const float, 1>, host_view<bf16, 2>, float)) \
-  X(void rms_norm<cpu_backend, const bf16>(const cpu_backend&, host_view<const bf16, 2>, host_view<const float, 1>, host_view<bf16, 2>, float)) \
-  X(void add_rms_norm<cpu_backend>(const cpu_backend&, host_view<const bf16, 2>, host_view<bf16, 2>, host_view<const float, 1>, host_view<bf16, 2>, float)) \
-  X(void layer_norm<cpu_backend, float>(const cpu_backend&, host_view<float, 2>, host_view<const float, 1>, host_view<const float, 1>, host_view<bf16, 2>, float)) \
-  X(void layer_norm<cpu_backend, const float>(const cpu_backend&, host_view<const float, 2>, host_view<const float, 1>, host_view<const float, 1>, host_view<bf16, 2>, float)) \
-  X(void layer_norm<cpu_backend, bf16>(const cpu_backend&, host_view<bf16, 2>, host_view<const float, 1>, host_view<const float, 1>, host_view<bf16, 2>, float)) \
-  X(void layer_norm<cpu_backend, const bf16>(const cpu_backend&, host_view<const bf16, 2>, host_view<const float, 1>, host_view<const float, 1>, host_view<bf16, 2>, float))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_NORM_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_NORM_INSTANCES)

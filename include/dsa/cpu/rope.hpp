@@ -10,7 +10,6 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/rope.hpp"
 #include "dsa/ops/rope.hpp"
@@ -53,7 +52,4 @@ struct op_impl<cpu_backend, rope_apply_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_ROPE_INSTANCES(X) \
-  X(void rope_apply<cpu_backend>(const cpu_backend&, host_view<bf16, 3>, host_view<const std::int32_t, 1>, const rope_config&, rope_layout))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_ROPE_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_ROPE_INSTANCES)

@@ -29,7 +29,6 @@
 #include "dsa/core/types.hpp"
 #include "dsa/cpu/attention_tiles.hpp"
 #include "dsa/cpu/exp_via_double.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/sparse_mha_attention.hpp"
 #include "dsa/ops/sparse_mha_attention.hpp"
@@ -342,7 +341,4 @@ struct op_impl<cpu_backend, sparse_mha_attention_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_SPARSE_MHA_ATTENTION_INSTANCES(X) \
-  X(void sparse_mha_attention<cpu_backend>(const cpu_backend&, host_view<const bf16, 3>, host_view<const bf16, 3>, host_view<const bf16, 2>, host_view<const bf16, 3>, host_view<const std::int32_t, 2>, host_view<bf16, 3>, const sparse_mha_config&, host_view<float, 2>))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_SPARSE_MHA_ATTENTION_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_SPARSE_MHA_ATTENTION_INSTANCES)

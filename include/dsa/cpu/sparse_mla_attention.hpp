@@ -28,7 +28,6 @@
 #include "dsa/core/types.hpp"
 #include "dsa/cpu/attention_tiles.hpp"
 #include "dsa/cpu/e4m3_value.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/kv_cache.hpp"
 #include "dsa/numerics/online_softmax.hpp"
@@ -276,14 +275,4 @@ struct op_impl<cpu_backend, sparse_mla_attention_fp8_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_SPARSE_MLA_ATTENTION_INSTANCES(X) \
-  X(void sparse_mla_attention<cpu_backend, float>(const cpu_backend&, host_view<const bf16, 3>, host_view<const bf16, 2>, host_view<const std::int32_t, 2>, host_view<float, 3>, host_view<float, 2>, const sparse_mla_config&, host_view<float, 2>)) \
-  X(void sparse_mla_attention<cpu_backend, float>(const cpu_backend&, host_view<const bf16, 3>, host_view<const bf16, 2>, host_view<const std::int32_t, 2>, host_view<float, 3>, host_view<float, 2>, const sparse_mla_config&, host_view<std::byte, 1>, host_view<float, 2>)) \
-  X(void sparse_mla_attention<cpu_backend, bf16>(const cpu_backend&, host_view<const bf16, 3>, host_view<const bf16, 2>, host_view<const std::int32_t, 2>, host_view<bf16, 3>, host_view<float, 2>, const sparse_mla_config&, host_view<float, 2>)) \
-  X(void sparse_mla_attention<cpu_backend, bf16>(const cpu_backend&, host_view<const bf16, 3>, host_view<const bf16, 2>, host_view<const std::int32_t, 2>, host_view<bf16, 3>, host_view<float, 2>, const sparse_mla_config&, host_view<std::byte, 1>, host_view<float, 2>)) \
-  X(void sparse_mla_attention<cpu_backend, float>(const cpu_backend&, host_view<const bf16, 3>, host_view<const std::uint8_t, 2>, host_view<const std::int32_t, 2>, host_view<float, 3>, host_view<float, 2>, const sparse_mla_config&, host_view<float, 2>)) \
-  X(void sparse_mla_attention<cpu_backend, float>(const cpu_backend&, host_view<const bf16, 3>, host_view<const std::uint8_t, 2>, host_view<const std::int32_t, 2>, host_view<float, 3>, host_view<float, 2>, const sparse_mla_config&, host_view<std::byte, 1>, host_view<float, 2>)) \
-  X(void sparse_mla_attention<cpu_backend, bf16>(const cpu_backend&, host_view<const bf16, 3>, host_view<const std::uint8_t, 2>, host_view<const std::int32_t, 2>, host_view<bf16, 3>, host_view<float, 2>, const sparse_mla_config&, host_view<float, 2>)) \
-  X(void sparse_mla_attention<cpu_backend, bf16>(const cpu_backend&, host_view<const bf16, 3>, host_view<const std::uint8_t, 2>, host_view<const std::int32_t, 2>, host_view<bf16, 3>, host_view<float, 2>, const sparse_mla_config&, host_view<std::byte, 1>, host_view<float, 2>))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_SPARSE_MLA_ATTENTION_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_SPARSE_MLA_ATTENTION_INSTANCES)

@@ -33,7 +33,6 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
-#include "dsa/cpu/op_instances.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/numerics/paging.hpp"
 #include "dsa/numerics/topk.hpp"
@@ -422,10 +421,4 @@ struct op_impl<cpu_backend, gather_rows_op> {
 
 DSA_NAMESPACE_END
 
-// The instances dsa's own programs compile once (dsa/cpu/op_instances.hpp).
-#define DSA_CPU_TOPK_INSTANCES(X) \
-  X(void topk_indices<cpu_backend>(const cpu_backend&, host_view<const float, 2>, host_view<const std::int32_t, 2>, index_t, host_view<std::int32_t, 2>)) \
-  X(void topk_indices_paged<cpu_backend>(const cpu_backend&, host_view<const float, 2>, host_view<const std::int32_t, 2>, index_t, host_view<const std::int32_t, 2>, index_t, host_view<std::int32_t, 2>)) \
-  X(void gather_rows<cpu_backend, float>(const cpu_backend&, host_view<const float, 2>, host_view<const std::int32_t, 2>, host_view<float, 3>)) \
-  X(void gather_rows<cpu_backend, bf16>(const cpu_backend&, host_view<const bf16, 2>, host_view<const std::int32_t, 2>, host_view<bf16, 3>))
-DSA_DECLARE_CPU_OP_INSTANCES(DSA_CPU_TOPK_INSTANCES)
+DSA_DECLARE_CPU_OP_INSTANCES(DSA_TOPK_INSTANCES)

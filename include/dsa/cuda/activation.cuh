@@ -36,3 +36,5 @@ struct op_impl<cuda_backend, swiglu_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_SWIGLU_INSTANCES)

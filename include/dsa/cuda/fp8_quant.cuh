@@ -108,3 +108,5 @@ struct op_impl<cuda_backend, weight_dequant_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_FP8_QUANT_INSTANCES)

@@ -70,3 +70,5 @@ struct op_impl<cuda_backend, hadamard_transform_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_HADAMARD_INSTANCES)

@@ -110,3 +110,5 @@ struct op_impl<cuda_backend, indexer_kl_loss_sparse_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_INDEXER_KL_LOSS_INSTANCES)

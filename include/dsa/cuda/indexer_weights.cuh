@@ -39,3 +39,5 @@ struct op_impl<cuda_backend, lightning_indexer_weights_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_INDEXER_WEIGHTS_INSTANCES)

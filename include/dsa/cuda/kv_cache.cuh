@@ -110,3 +110,5 @@ struct op_impl<cuda_backend, indexer_cache_unpack_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_KV_CACHE_INSTANCES)

@@ -163,3 +163,5 @@ struct op_impl<cuda_backend, lightning_indexer_backward_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_LIGHTNING_INDEXER_INSTANCES)

@@ -149,3 +149,5 @@ struct op_impl<cuda_backend, linear_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_LINEAR_INSTANCES)

@@ -58,3 +58,5 @@ struct op_impl<cuda_backend, moe_combine_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_MOE_COMBINE_INSTANCES)

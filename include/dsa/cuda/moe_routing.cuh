@@ -64,3 +64,5 @@ struct op_impl<cuda_backend, moe_route_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_MOE_ROUTING_INSTANCES)

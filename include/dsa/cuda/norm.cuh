@@ -82,3 +82,5 @@ struct op_impl<cuda_backend, layer_norm_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_NORM_INSTANCES)

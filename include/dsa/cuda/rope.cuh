@@ -40,3 +40,5 @@ struct op_impl<cuda_backend, rope_apply_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_ROPE_INSTANCES)

@@ -64,3 +64,5 @@ struct op_impl<cuda_backend, sparse_mha_attention_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_SPARSE_MHA_ATTENTION_INSTANCES)

@@ -153,3 +153,5 @@ struct op_impl<cuda_backend, sparse_mla_attention_fp8_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_SPARSE_MLA_ATTENTION_INSTANCES)

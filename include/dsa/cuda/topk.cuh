@@ -132,3 +132,5 @@ struct op_impl<cuda_backend, gather_rows_op> {
 };
 
 DSA_NAMESPACE_END
+
+DSA_DECLARE_CUDA_OP_INSTANCES(DSA_TOPK_INSTANCES)

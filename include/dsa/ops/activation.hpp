@@ -7,6 +7,7 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/numerics/activation.hpp"
@@ -36,3 +37,7 @@ void swiglu(const B& be, in_view<B, bf16, 2> gate, in_view<B, bf16, 2> up, out_v
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_SWIGLU_INSTANCES(X, B) \
+  X(void swiglu<B>(const B&, in_view<B, bf16, 2>, in_view<B, bf16, 2>, out_view<B, bf16, 2>))

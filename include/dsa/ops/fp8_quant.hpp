@@ -11,6 +11,7 @@
 #include "dsa/core/checked_math.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/numerics/fp8_quant.hpp"
@@ -151,3 +152,18 @@ void weight_dequant(const B& be, in_view<B, fp8_e4m3, 2> q, in_view<B, float, 2>
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_FP8_QUANT_INSTANCES(X, B) \
+  X(void act_quant<B, float>(const B&, tensor_view<float, 2, B::memory_space>, out_view<B, fp8_e4m3, 2>, out_view<B, float, 2>, act_quant_config)) \
+  X(void act_quant<B, const float>(const B&, tensor_view<const float, 2, B::memory_space>, out_view<B, fp8_e4m3, 2>, out_view<B, float, 2>, act_quant_config)) \
+  X(void act_quant<B, bf16>(const B&, tensor_view<bf16, 2, B::memory_space>, out_view<B, fp8_e4m3, 2>, out_view<B, float, 2>, act_quant_config)) \
+  X(void act_quant<B, const bf16>(const B&, tensor_view<const bf16, 2, B::memory_space>, out_view<B, fp8_e4m3, 2>, out_view<B, float, 2>, act_quant_config)) \
+  X(void act_dequant<B, float>(const B&, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, float, 2>, index_t)) \
+  X(void act_dequant<B, bf16>(const B&, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, bf16, 2>, index_t)) \
+  X(void weight_quant<B, float>(const B&, tensor_view<float, 2, B::memory_space>, out_view<B, fp8_e4m3, 2>, out_view<B, float, 2>)) \
+  X(void weight_quant<B, const float>(const B&, tensor_view<const float, 2, B::memory_space>, out_view<B, fp8_e4m3, 2>, out_view<B, float, 2>)) \
+  X(void weight_quant<B, bf16>(const B&, tensor_view<bf16, 2, B::memory_space>, out_view<B, fp8_e4m3, 2>, out_view<B, float, 2>)) \
+  X(void weight_quant<B, const bf16>(const B&, tensor_view<const bf16, 2, B::memory_space>, out_view<B, fp8_e4m3, 2>, out_view<B, float, 2>)) \
+  X(void weight_dequant<B, float>(const B&, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, float, 2>)) \
+  X(void weight_dequant<B, bf16>(const B&, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, bf16, 2>))

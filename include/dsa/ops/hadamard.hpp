@@ -13,6 +13,7 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/numerics/hadamard.hpp"
@@ -47,3 +48,8 @@ void hadamard_transform(const B& be, in_view<B, T, 2> x, out_view<B, T, 2> y, fl
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_HADAMARD_INSTANCES(X, B) \
+  X(void hadamard_transform<B, float>(const B&, in_view<B, float, 2>, out_view<B, float, 2>, float)) \
+  X(void hadamard_transform<B, bf16>(const B&, in_view<B, bf16, 2>, out_view<B, bf16, 2>, float))

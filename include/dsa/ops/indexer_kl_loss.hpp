@@ -34,6 +34,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/ops/row_ranges.hpp"
 #include "dsa/ops/workspace.hpp"
@@ -215,3 +216,9 @@ void indexer_kl_loss_sparse(const B& be, in_view<B, float, 3> attn, in_view<B, f
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp):
+// the overloads taking a workspace (the CUDA backend has no other).
+#define DSA_INDEXER_KL_LOSS_INSTANCES(X, B) \
+  X(void indexer_kl_loss_dense<B>(const B&, in_view<B, float, 3>, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, out_view<B, float, 1>, out_view<B, float, 2>, out_view<B, std::byte, 1>)) \
+  X(void indexer_kl_loss_sparse<B>(const B&, in_view<B, float, 3>, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, out_view<B, float, 1>, out_view<B, float, 2>, out_view<B, std::byte, 1>))

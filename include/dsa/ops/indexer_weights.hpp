@@ -11,6 +11,7 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/numerics/indexer_weights.hpp"
 #include "dsa/ops/dense_checks.hpp"
@@ -42,3 +43,7 @@ void lightning_indexer_weights(const B& be, in_view<B, float, 2> proj, in_view<B
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_INDEXER_WEIGHTS_INSTANCES(X, B) \
+  X(void lightning_indexer_weights<B>(const B&, in_view<B, float, 2>, in_view<B, float, 2>, out_view<B, float, 2>, float, float))

@@ -19,6 +19,7 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/numerics/kv_cache.hpp"
@@ -155,3 +156,10 @@ void indexer_cache_unpack(const B& be, in_view<B, std::uint8_t, 2> cache, out_vi
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_KV_CACHE_INSTANCES(X, B) \
+  X(void kv_cache_fp8_pack<B>(const B&, in_view<B, bf16, 2>, out_view<B, std::uint8_t, 2>, in_view<B, std::int32_t, 1>)) \
+  X(void kv_cache_fp8_unpack<B>(const B&, in_view<B, std::uint8_t, 2>, out_view<B, bf16, 2>)) \
+  X(void indexer_cache_pack<B>(const B&, in_view<B, fp8_e4m3, 2>, in_view<B, float, 1>, out_view<B, std::uint8_t, 2>, in_view<B, std::int32_t, 1>)) \
+  X(void indexer_cache_unpack<B>(const B&, in_view<B, std::uint8_t, 2>, out_view<B, fp8_e4m3, 2>, out_view<B, float, 1>))

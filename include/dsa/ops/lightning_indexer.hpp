@@ -18,6 +18,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/numerics/kv_cache.hpp"
@@ -214,3 +215,10 @@ void lightning_indexer_backward(const B& be, in_view<B, float, 3> q, in_view<B, 
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_LIGHTNING_INDEXER_INSTANCES(X, B) \
+  X(void lightning_indexer_scores<B>(const B&, in_view<B, fp8_e4m3, 3>, in_view<B, float, 2>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 1>, in_view<B, std::int32_t, 2>, out_view<B, float, 2>)) \
+  X(void lightning_indexer_scores<B>(const B&, in_view<B, float, 3>, in_view<B, float, 2>, in_view<B, float, 2>, in_view<B, float, 1>, in_view<B, std::int32_t, 2>, out_view<B, float, 2>)) \
+  X(void lightning_indexer_scores_paged<B>(const B&, in_view<B, fp8_e4m3, 3>, in_view<B, float, 2>, in_view<B, std::uint8_t, 2>, in_view<B, std::int32_t, 2>, index_t, in_view<B, std::int32_t, 2>, out_view<B, float, 2>)) \
+  X(void lightning_indexer_backward<B>(const B&, in_view<B, float, 3>, in_view<B, float, 2>, in_view<B, float, 2>, in_view<B, float, 1>, in_view<B, std::int32_t, 2>, in_view<B, float, 2>, out_view<B, float, 3>, out_view<B, float, 2>, out_view<B, float, 2>))

@@ -14,6 +14,7 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/numerics/fp8_quant.hpp"
@@ -114,3 +115,46 @@ void linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, tensor_
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_LINEAR_INSTANCES(X, B) \
+  X(void fp8_linear<B, float, float>(const B&, tensor_view<float, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, float, 2>, scale_format)) \
+  X(void fp8_linear<B, float, bf16>(const B&, tensor_view<float, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, bf16, 2>, scale_format)) \
+  X(void fp8_linear<B, const float, float>(const B&, tensor_view<const float, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, float, 2>, scale_format)) \
+  X(void fp8_linear<B, const float, bf16>(const B&, tensor_view<const float, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, bf16, 2>, scale_format)) \
+  X(void fp8_linear<B, bf16, float>(const B&, tensor_view<bf16, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, float, 2>, scale_format)) \
+  X(void fp8_linear<B, bf16, bf16>(const B&, tensor_view<bf16, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, bf16, 2>, scale_format)) \
+  X(void fp8_linear<B, const bf16, float>(const B&, tensor_view<const bf16, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, float, 2>, scale_format)) \
+  X(void fp8_linear<B, const bf16, bf16>(const B&, tensor_view<const bf16, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, bf16, 2>, scale_format)) \
+  X(void linear<B, float, float, float>(const B&, tensor_view<float, 2, B::memory_space>, tensor_view<float, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, float, float, bf16>(const B&, tensor_view<float, 2, B::memory_space>, tensor_view<float, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, float, const float, float>(const B&, tensor_view<float, 2, B::memory_space>, tensor_view<const float, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, float, const float, bf16>(const B&, tensor_view<float, 2, B::memory_space>, tensor_view<const float, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, float, bf16, float>(const B&, tensor_view<float, 2, B::memory_space>, tensor_view<bf16, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, float, bf16, bf16>(const B&, tensor_view<float, 2, B::memory_space>, tensor_view<bf16, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, float, const bf16, float>(const B&, tensor_view<float, 2, B::memory_space>, tensor_view<const bf16, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, float, const bf16, bf16>(const B&, tensor_view<float, 2, B::memory_space>, tensor_view<const bf16, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, const float, float, float>(const B&, tensor_view<const float, 2, B::memory_space>, tensor_view<float, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, const float, float, bf16>(const B&, tensor_view<const float, 2, B::memory_space>, tensor_view<float, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, const float, const float, float>(const B&, tensor_view<const float, 2, B::memory_space>, tensor_view<const float, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, const float, const float, bf16>(const B&, tensor_view<const float, 2, B::memory_space>, tensor_view<const float, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, const float, bf16, float>(const B&, tensor_view<const float, 2, B::memory_space>, tensor_view<bf16, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, const float, bf16, bf16>(const B&, tensor_view<const float, 2, B::memory_space>, tensor_view<bf16, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, const float, const bf16, float>(const B&, tensor_view<const float, 2, B::memory_space>, tensor_view<const bf16, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, const float, const bf16, bf16>(const B&, tensor_view<const float, 2, B::memory_space>, tensor_view<const bf16, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, bf16, float, float>(const B&, tensor_view<bf16, 2, B::memory_space>, tensor_view<float, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, bf16, float, bf16>(const B&, tensor_view<bf16, 2, B::memory_space>, tensor_view<float, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, bf16, const float, float>(const B&, tensor_view<bf16, 2, B::memory_space>, tensor_view<const float, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, bf16, const float, bf16>(const B&, tensor_view<bf16, 2, B::memory_space>, tensor_view<const float, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, bf16, bf16, float>(const B&, tensor_view<bf16, 2, B::memory_space>, tensor_view<bf16, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, bf16, bf16, bf16>(const B&, tensor_view<bf16, 2, B::memory_space>, tensor_view<bf16, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, bf16, const bf16, float>(const B&, tensor_view<bf16, 2, B::memory_space>, tensor_view<const bf16, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, bf16, const bf16, bf16>(const B&, tensor_view<bf16, 2, B::memory_space>, tensor_view<const bf16, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, const bf16, float, float>(const B&, tensor_view<const bf16, 2, B::memory_space>, tensor_view<float, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, const bf16, float, bf16>(const B&, tensor_view<const bf16, 2, B::memory_space>, tensor_view<float, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, const bf16, const float, float>(const B&, tensor_view<const bf16, 2, B::memory_space>, tensor_view<const float, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, const bf16, const float, bf16>(const B&, tensor_view<const bf16, 2, B::memory_space>, tensor_view<const float, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, const bf16, bf16, float>(const B&, tensor_view<const bf16, 2, B::memory_space>, tensor_view<bf16, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, const bf16, bf16, bf16>(const B&, tensor_view<const bf16, 2, B::memory_space>, tensor_view<bf16, 2, B::memory_space>, out_view<B, bf16, 2>)) \
+  X(void linear<B, const bf16, const bf16, float>(const B&, tensor_view<const bf16, 2, B::memory_space>, tensor_view<const bf16, 2, B::memory_space>, out_view<B, float, 2>)) \
+  X(void linear<B, const bf16, const bf16, bf16>(const B&, tensor_view<const bf16, 2, B::memory_space>, tensor_view<const bf16, 2, B::memory_space>, out_view<B, bf16, 2>))

@@ -20,6 +20,7 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/numerics/moe_combine.hpp"
@@ -73,3 +74,7 @@ void moe_combine(const B& be, in_view<B, bf16, 2> expert_out, in_view<B, std::in
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_MOE_COMBINE_INSTANCES(X, B) \
+  X(void moe_combine<B>(const B&, in_view<B, bf16, 2>, in_view<B, std::int32_t, 2>, in_view<B, float, 2>, in_view<B, bf16, 2>, out_view<B, bf16, 2>))

@@ -18,6 +18,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/numerics/moe_routing.hpp"
 
@@ -101,3 +102,7 @@ void moe_route(const B& be, in_view<B, float, 2> logits, in_view<B, float, 1> bi
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_MOE_ROUTING_INSTANCES(X, B) \
+  X(void moe_route<B>(const B&, in_view<B, float, 2>, in_view<B, float, 1>, out_view<B, std::int32_t, 2>, out_view<B, float, 2>, const moe_routing_config&))

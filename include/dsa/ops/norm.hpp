@@ -8,6 +8,7 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/numerics/norm.hpp"
@@ -106,3 +107,15 @@ void layer_norm(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_NORM_INSTANCES(X, B) \
+  X(void rms_norm<B, float>(const B&, tensor_view<float, 2, B::memory_space>, in_view<B, float, 1>, out_view<B, bf16, 2>, float)) \
+  X(void rms_norm<B, const float>(const B&, tensor_view<const float, 2, B::memory_space>, in_view<B, float, 1>, out_view<B, bf16, 2>, float)) \
+  X(void rms_norm<B, bf16>(const B&, tensor_view<bf16, 2, B::memory_space>, in_view<B, float, 1>, out_view<B, bf16, 2>, float)) \
+  X(void rms_norm<B, const bf16>(const B&, tensor_view<const bf16, 2, B::memory_space>, in_view<B, float, 1>, out_view<B, bf16, 2>, float)) \
+  X(void add_rms_norm<B>(const B&, in_view<B, bf16, 2>, out_view<B, bf16, 2>, in_view<B, float, 1>, out_view<B, bf16, 2>, float)) \
+  X(void layer_norm<B, float>(const B&, tensor_view<float, 2, B::memory_space>, in_view<B, float, 1>, in_view<B, float, 1>, out_view<B, bf16, 2>, float)) \
+  X(void layer_norm<B, const float>(const B&, tensor_view<const float, 2, B::memory_space>, in_view<B, float, 1>, in_view<B, float, 1>, out_view<B, bf16, 2>, float)) \
+  X(void layer_norm<B, bf16>(const B&, tensor_view<bf16, 2, B::memory_space>, in_view<B, float, 1>, in_view<B, float, 1>, out_view<B, bf16, 2>, float)) \
+  X(void layer_norm<B, const bf16>(const B&, tensor_view<const bf16, 2, B::memory_space>, in_view<B, float, 1>, in_view<B, float, 1>, out_view<B, bf16, 2>, float))

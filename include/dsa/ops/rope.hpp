@@ -12,6 +12,7 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/numerics/rope.hpp"
@@ -85,3 +86,7 @@ void rope_apply(const B& be, out_view<B, bf16, 3> x, in_view<B, std::int32_t, 1>
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_ROPE_INSTANCES(X, B) \
+  X(void rope_apply<B>(const B&, out_view<B, bf16, 3>, in_view<B, std::int32_t, 1>, const rope_config&, rope_layout))

@@ -29,6 +29,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/numerics/sparse_mha_attention.hpp"
@@ -111,3 +112,7 @@ void sparse_mha_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, bf16, 3
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_SPARSE_MHA_ATTENTION_INSTANCES(X, B) \
+  X(void sparse_mha_attention<B>(const B&, in_view<B, bf16, 3>, in_view<B, bf16, 3>, in_view<B, bf16, 2>, in_view<B, bf16, 3>, in_view<B, std::int32_t, 2>, out_view<B, bf16, 3>, const sparse_mha_config&, out_view<B, float, 2>))

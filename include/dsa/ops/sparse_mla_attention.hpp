@@ -38,6 +38,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/numerics/kv_cache.hpp"
@@ -308,3 +309,14 @@ void sparse_mla_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, std::ui
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_SPARSE_MLA_ATTENTION_INSTANCES(X, B) \
+  X(void sparse_mla_attention<B, float>(const B&, in_view<B, bf16, 3>, in_view<B, bf16, 2>, in_view<B, std::int32_t, 2>, out_view<B, float, 3>, out_view<B, float, 2>, const sparse_mla_config&, out_view<B, float, 2>)) \
+  X(void sparse_mla_attention<B, float>(const B&, in_view<B, bf16, 3>, in_view<B, bf16, 2>, in_view<B, std::int32_t, 2>, out_view<B, float, 3>, out_view<B, float, 2>, const sparse_mla_config&, out_view<B, std::byte, 1>, out_view<B, float, 2>)) \
+  X(void sparse_mla_attention<B, bf16>(const B&, in_view<B, bf16, 3>, in_view<B, bf16, 2>, in_view<B, std::int32_t, 2>, out_view<B, bf16, 3>, out_view<B, float, 2>, const sparse_mla_config&, out_view<B, float, 2>)) \
+  X(void sparse_mla_attention<B, bf16>(const B&, in_view<B, bf16, 3>, in_view<B, bf16, 2>, in_view<B, std::int32_t, 2>, out_view<B, bf16, 3>, out_view<B, float, 2>, const sparse_mla_config&, out_view<B, std::byte, 1>, out_view<B, float, 2>)) \
+  X(void sparse_mla_attention<B, float>(const B&, in_view<B, bf16, 3>, in_view<B, std::uint8_t, 2>, in_view<B, std::int32_t, 2>, out_view<B, float, 3>, out_view<B, float, 2>, const sparse_mla_config&, out_view<B, float, 2>)) \
+  X(void sparse_mla_attention<B, float>(const B&, in_view<B, bf16, 3>, in_view<B, std::uint8_t, 2>, in_view<B, std::int32_t, 2>, out_view<B, float, 3>, out_view<B, float, 2>, const sparse_mla_config&, out_view<B, std::byte, 1>, out_view<B, float, 2>)) \
+  X(void sparse_mla_attention<B, bf16>(const B&, in_view<B, bf16, 3>, in_view<B, std::uint8_t, 2>, in_view<B, std::int32_t, 2>, out_view<B, bf16, 3>, out_view<B, float, 2>, const sparse_mla_config&, out_view<B, float, 2>)) \
+  X(void sparse_mla_attention<B, bf16>(const B&, in_view<B, bf16, 3>, in_view<B, std::uint8_t, 2>, in_view<B, std::int32_t, 2>, out_view<B, bf16, 3>, out_view<B, float, 2>, const sparse_mla_config&, out_view<B, std::byte, 1>, out_view<B, float, 2>))

@@ -18,6 +18,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/dispatch.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/numerics/topk.hpp"
 #include "dsa/ops/row_ranges.hpp"
@@ -135,3 +136,10 @@ void gather_rows(const B& be, in_view<B, T, 2> src, in_view<B, std::int32_t, 2> 
 }
 
 DSA_NAMESPACE_END
+
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+#define DSA_TOPK_INSTANCES(X, B) \
+  X(void topk_indices<B>(const B&, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, index_t, out_view<B, std::int32_t, 2>)) \
+  X(void topk_indices_paged<B>(const B&, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, index_t, in_view<B, std::int32_t, 2>, index_t, out_view<B, std::int32_t, 2>)) \
+  X(void gather_rows<B, float>(const B&, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, out_view<B, float, 3>)) \
+  X(void gather_rows<B, bf16>(const B&, in_view<B, bf16, 2>, in_view<B, std::int32_t, 2>, out_view<B, bf16, 3>))
