@@ -74,8 +74,10 @@ endfunction()
 # and the CUDA forward pass link it instead of compiling every kernel again (five files, compiled
 # in parallel). The --use_fast_math launchers, built with other flags, must not.
 if(DSA_BUILD_TESTS OR DSA_BUILD_TOOLS OR DSA_BUILD_BENCH)
-  file(GLOB _dsa_cuda_op_instances CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/instances/cuda_ops_*.cu")
-  add_library(dsa_cuda_ops STATIC ${_dsa_cuda_op_instances})
+  add_library(dsa_cuda_ops STATIC
+    "${PROJECT_SOURCE_DIR}/instances/cuda_ops_attention.cu" "${PROJECT_SOURCE_DIR}/instances/cuda_ops_dense.cu"
+    "${PROJECT_SOURCE_DIR}/instances/cuda_ops_indexer.cu" "${PROJECT_SOURCE_DIR}/instances/cuda_ops_quant.cu"
+    "${PROJECT_SOURCE_DIR}/instances/cuda_ops_topk.cu")
   dsa_cuda_target(dsa_cuda_ops)
   target_compile_definitions(dsa_cuda_ops PUBLIC DSA_EXTERN_CUDA_OPS)
 endif()
