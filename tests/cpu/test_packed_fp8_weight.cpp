@@ -20,16 +20,22 @@ using dsa::bf16;
 using dsa::fp8_e4m3;
 using dsa::index_t;
 
-// Weight codes like a checkpoint's: normal values of both signs (the fast decode), with the
-// codes that need the slow one (subnormal, zero, NaN) at a rate of `special_rate`.
-std::vector<std::uint8_t> weight_codes(std::size_t n, double special_rate, std::uint64_t seed) {
+// Every zero, subnormal and NaN code; the subnormals with mantissa >= 4 alone (those the packed
+// form re-encodes for the fast decode, cpu/packed_fp8_weight.hpp).
+const std::vector<std::uint8_t> all_specials = {0x00, 0x80, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x81,
+                                                0x82, 0x83, 0x84, 0x85, 0x86, 0x87, 0x7F, 0xFF};
+const std::vector<std::uint8_t> fast_subnormals = {0x04, 0x05, 0x06, 0x07, 0x84, 0x85, 0x86, 0x87};
+
+// Weight codes like a checkpoint's: normal values of both signs (the fast decode), with codes
+// drawn from `specials` at a rate of `special_rate`.
+std::vector<std::uint8_t> weight_codes(std::size_t n, double special_rate, std::uint64_t seed,
+                                       const std::vector<std::uint8_t>& specials = all_specials) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::vector<std::uint8_t> c(n);
   for (auto& v : c) {
     if (u(rng) < special_rate) {
-      const std::uint8_t specials[] = {0x00, 0x80, 0x01, 0x07, 0x83, 0x86, 0x7F, 0xFF};
-      v = specials[rng() % 8];
+      v = specials[rng() % specials.size()];
     } else {
       do {
         v = static_cast<std::uint8_t>(rng());
@@ -50,9 +56,10 @@ struct problem {
   dsa::host_view<const float, 2> sv() const { return dsa::make_view(ws.data(), {(out + 127) / 128, in / 128}); }
 };
 
-problem make_problem(index_t t, index_t in, index_t out, double special_rate, std::uint64_t seed) {
+problem make_problem(index_t t, index_t in, index_t out, double special_rate, std::uint64_t seed,
+                     const std::vector<std::uint8_t>& specials = all_specials) {
   problem p{t, in, out, dsa_test::normal(static_cast<std::size_t>(t * in), seed, 2.0f),
-            weight_codes(static_cast<std::size_t>(out * in), special_rate, seed + 1),
+            weight_codes(static_cast<std::size_t>(out * in), special_rate, seed + 1, specials),
             dsa_test::uniform(static_cast<std::size_t>(((out + 127) / 128) * (in / 128)), seed + 2, 1e-5f, 2e-4f)};
   return p;
 }
@@ -104,9 +111,11 @@ TEST_CASE("fp8_linear with a packed weight gives the bits of the weight it was p
                           {4, 512, 130},   {1, 1152, 300}, {5, 640, 64}, {37, 384, 129}, {70, 1152, 33}};
   std::uint64_t seed = 500;
   for (const auto& s : shapes) {
-    // No slow codes (the fast decode throughout), a few (mixed), and many (every group slow).
-    for (double rate : {0.0, 0.002, 0.2}) {
-      const problem p = make_problem(s.t, s.in, s.out, rate, seed += 10);
+    // No slow codes (the fast decode throughout), a few (mixed), and many (every group slow);
+    // then subnormals that pack to fast codes only (the fast decode on re-encoded codes).
+    for (double rate : {0.0, 0.002, 0.2, -0.05}) {
+      const problem p = rate < 0 ? make_problem(s.t, s.in, s.out, -rate, seed += 10, fast_subnormals)
+                                 : make_problem(s.t, s.in, s.out, rate, seed += 10);
       const dsa::packed_fp8_weight packed = dsa::pack_fp8_weight(dsa::cpu_backend{2}, p.wv());
       CHECK(packed.out_features() == s.out);
       CHECK(packed.in_features() == s.in);
@@ -134,10 +143,26 @@ TEST_CASE("fp8_linear with a packed weight gives the bits of the weight it was p
   }
 }
 
-TEST_CASE("the slow-code test finds every subnormal, zero and NaN code in any byte, and nothing else") {
+TEST_CASE("the packed form re-encodes exactly the exponent-0 codes, invertibly, and those with m >= 4 exactly") {
+  for (int c = 0; c < 256; ++c) {
+    CAPTURE(c);
+    const auto code = static_cast<std::uint8_t>(c);
+    const std::uint8_t p = dsa::cpu_detail::packed_e4m3_code(code);
+    CHECK(dsa::cpu_detail::unpacked_e4m3_code(p) == code);
+    CHECK((p == code) == ((c & 0x78) != 0));
+    CHECK((p & 0x80) == (c & 0x80));
+    if ((c & 0x78) == 0 && (c & 7) >= 4) {
+      // The fast decode's formula, 2^(e - 7) (1 + m / 8) with e = 0, at the packed mantissa.
+      const double fast = std::ldexp(1.0 + (p & 7) / 8.0, -7) * ((c & 0x80) != 0 ? -1.0 : 1.0);
+      CHECK(fast == static_cast<double>(static_cast<float>(dsa::fp8_e4m3::from_bits(code))));
+    }
+  }
+}
+
+TEST_CASE("the slow-code test finds every zero, subnormal with mantissa < 4 and NaN code in any byte, and nothing else") {
   const std::uint64_t normal = 0x3838383838383838ull;  // eight codes of 1.0
   for (int c = 0; c < 256; ++c) {
-    const bool slow = (c & 0x78) == 0 || (c & 0x7F) == 0x7F;
+    const bool slow = (c & 0x7C) == 0 || (c & 0x7F) == 0x7F;
     for (int byte = 0; byte < 8; ++byte) {
       const std::uint64_t v = (normal & ~(std::uint64_t{0xFF} << (8 * byte))) | (std::uint64_t(c) << (8 * byte));
       CAPTURE(c);
@@ -155,9 +180,11 @@ TEST_CASE("pack_fp8_weight flags exactly the quad ranges that hold a slow code")
     index_t row, col;
     std::uint8_t code;
   };
-  // A zero, a subnormal and a NaN, in the first and last quad ranges, in a whole and the partial run.
-  const spot spots[] = {{0, 0, 0x00}, {G + 3, 128 * 2 + 127, 0x05}, {out - 1, 128 * 4 + 40, 0xFF}};
+  // A zero, a slow subnormal and a NaN, in the first and last quad ranges, in a whole and the
+  // partial run; a subnormal the packing makes fast flags nothing.
+  const spot spots[] = {{0, 0, 0x00}, {G + 3, 128 * 2 + 127, 0x83}, {out - 1, 128 * 4 + 40, 0xFF}};
   for (const auto& s : spots) w[static_cast<std::size_t>(s.row * in + s.col)] = s.code;
+  w[static_cast<std::size_t>(2 * in + 128 * 3 + 70)] = 0x86;
   const auto wv = dsa::make_view(reinterpret_cast<const fp8_e4m3*>(w.data()), {out, in});
   const dsa::packed_fp8_weight p = dsa::pack_fp8_weight(dsa::cpu_backend{1}, wv);
   CHECK(p.group_rows() == G);
@@ -171,11 +198,12 @@ TEST_CASE("pack_fp8_weight flags exactly the quad ranges that hold a slow code")
       CAPTURE(g);
       CAPTURE(kb);
       CHECK(p.special(g, kb) == expect);
-      // Every code where the layout says it is (padding rows hold 1.0).
+      // Every code where the layout says it is, in the packed encoding (padding rows hold 1.0).
       for (index_t j = 0; j < G; ++j) {
         for (index_t k = 0; k < 128; ++k) {
           const index_t r = g * G + j;
-          const std::uint8_t want = r < out ? w[static_cast<std::size_t>(r * in + kb * 128 + k)] : 0x38;
+          const std::uint8_t want =
+              r < out ? dsa::cpu_detail::packed_e4m3_code(w[static_cast<std::size_t>(r * in + kb * 128 + k)]) : 0x38;
           const std::uint8_t got = p.block_codes(g, kb)[(k / 4) * p.quad_stride(kb) + j * 4 + k % 4];
           if (got != want) {
             CAPTURE(j);

@@ -35,6 +35,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -219,6 +220,28 @@ inline const std::uint16_t* e4m3_tile_bf16() {
   return table.data();
 }
 
+/// e4m3_tile_bf16 indexed by the packed form's bytes (cpu/packed_fp8_weight.hpp).
+inline const std::uint16_t* packed_tile_bf16() {
+  static const auto table = [] {
+    std::array<std::uint16_t, 256> t{};
+    for (std::size_t p = 0; p < 256; ++p) t[p] = e4m3_tile_bf16()[unpacked_e4m3_code(static_cast<std::uint8_t>(p))];
+    return t;
+  }();
+  return table.data();
+}
+
+/// The bf16 bits of 2^8 times the value of the exponent-0 code of mantissa m (sign 0), in the
+/// checkpoint's encoding or (Packed) the packed one: what the slow decode looks up.
+template <bool Packed>
+constexpr std::array<std::uint16_t, 8> subnormal_tile_bf16() {
+  std::array<std::uint16_t, 8> t{};
+  for (unsigned m = 0; m < 8; ++m) {
+    const unsigned code = Packed ? unpacked_e4m3_code(static_cast<std::uint8_t>(m)) : m;
+    t[m] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(static_cast<float>(code) * 0.5f) >> 16);
+  }
+  return t;
+}
+
 /// 128 zero codes: the rows of a ragged last panel read these (and never advance past them).
 inline const std::uint8_t* zero_codes() {
   alignas(64) static const std::uint8_t z[block] = {};
@@ -236,20 +259,26 @@ inline constexpr index_t pair_tile_dwords = quads * 2 * group_rows;
 // 10..4 with copies of the sign above them, and one bitwise select keeps the sign (bit 15) and
 // those 7 bits and sets bit 14: exponent field 128 + e, mantissa m, which is 2^8 times the
 // value of every normal code. Special (a group holding a subnormal, zero or NaN code) then
-// replaces exponent-0 codes by 2^8 * m * 2^-9 (a table lookup, exact; the sign put back for all
-// lanes at once) and turns NaN codes, which the select made 2^16 * 1.875 (bits 0x47F0 and the
+// replaces exponent-0 codes by their value times 2^8 (a table lookup, exact: 2^8 * m * 2^-9 for
+// the checkpoint's codes, Packed for the packed form's; the sign put back for all lanes at once)
+// and turns NaN codes, which the select made 2^16 * 1.875 (bits 0x47F0 and the
 // sign), into a quiet NaN (adding 0x3800: 0x7FF0), signs kept. No subnormal is formed, so
 // neither DAZ nor denormal-operand assists (over 100 cycles each on x86) play a part.
-template <bool Special>
+template <bool Special, bool Packed = false>
 DSA_FORCEINLINE __m512i decode_high_bytes(__m512i u) {
   const __m512i a = _mm512_srai_epi16(u, 4);
   // Bitwise c ? a : b with b = bit 14, c = the sign and code bits (truth table 0xE4).
   __m512i bits = _mm512_ternarylogic_epi32(a, _mm512_set1_epi16(0x4000), _mm512_set1_epi16(static_cast<short>(0x87F0)), 0xE4);
   if constexpr (Special) {
-    // Word m of the table: bf16(2^8 * m * 2^-9) = bf16(m / 2); only m < 8 is looked up (the
-    // index's bits 3 and 4 are exponent bits, zero in the lanes replaced).
-    const __m512i sub_values = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                                0x4060, 0x4040, 0x4020, 0x4000, 0x3FC0, 0x3F80, 0x3F00, 0);
+    // Word m of the table: subnormal_tile_bf16 (bf16(m / 2) for the checkpoint's codes); only
+    // m < 8 is looked up (the index's bits 3 and 4 are exponent bits, zero in the lanes replaced).
+    alignas(64) static constexpr auto table = [] {
+      std::array<std::uint16_t, 32> w{};
+      const auto t = subnormal_tile_bf16<Packed>();
+      for (std::size_t m = 0; m < t.size(); ++m) w[m] = t[m];
+      return w;
+    }();
+    const __m512i sub_values = _mm512_load_si512(table.data());
     const __mmask32 sub = _mm512_testn_epi16_mask(a, _mm512_set1_epi16(0x0780));
     bits = _mm512_mask_permutexvar_epi16(bits, sub, _mm512_srli_epi16(a, 4), sub_values);
     // bits | (a & sign): the sign again where the table wrote, a no-op elsewhere (truth table 0xF8).
@@ -263,10 +292,10 @@ DSA_FORCEINLINE __m512i decode_high_bytes(__m512i u) {
 
 // One quad (dword j: codes 4q..4q+3 of row j) into the pair vectors A (low bytes: codes 4q,
 // 4q + 2) and B (high bytes: 4q + 1, 4q + 3) at pt and pt + 16.
-template <bool Special>
+template <bool Special, bool Packed = false>
 DSA_FORCEINLINE void decode_quad16(__m512i quad, std::uint32_t* pt) {
-  _mm512_store_si512(pt, decode_high_bytes<Special>(_mm512_slli_epi16(quad, 8)));
-  _mm512_store_si512(pt + 16, decode_high_bytes<Special>(quad));
+  _mm512_store_si512(pt, decode_high_bytes<Special, Packed>(_mm512_slli_epi16(quad, 8)));
+  _mm512_store_si512(pt + 16, decode_high_bytes<Special, Packed>(quad));
 }
 
 // 16 rows x 64 codes (r[j]: row j) into quads [0, 16) of a group's pair tile: transposed as a
@@ -305,17 +334,25 @@ DSA_FORCEINLINE void decode_group16(const __m512i* r, std::uint32_t* pt) {
 #if DSA_LINEAR_AVX2
 // decode_high_bytes for 16 lanes (AVX2 has no bitwise select and no word permute: and/or, and a
 // byte shuffle for the subnormal table).
-template <bool Special>
+template <bool Special, bool Packed = false>
 DSA_FORCEINLINE __m256i decode_high_bytes8(__m256i u) {
   const __m256i a = _mm256_srai_epi16(u, 4);
   __m256i bits = _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi16(static_cast<short>(0x87F0))), _mm256_set1_epi16(0x4000));
   if constexpr (Special) {
     const __m256i sign = _mm256_and_si256(a, _mm256_set1_epi16(static_cast<short>(0x8000)));
-    // Bytes 0..7: low bytes of bf16(m / 2), bytes 8..15: high bytes (in both 128-bit lanes).
-    alignas(32) static constexpr std::uint8_t bytes[32] = {0, 0x00, 0x80, 0xC0, 0x00, 0x20, 0x40, 0x60, 0, 0x3F, 0x3F,
-                                                           0x3F, 0x40, 0x40, 0x40, 0x40, 0, 0x00, 0x80, 0xC0, 0x00, 0x20,
-                                                           0x40, 0x60, 0, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40};
-    const __m256i table = _mm256_load_si256(reinterpret_cast<const __m256i*>(bytes));
+    // Bytes 0..7: low bytes of subnormal_tile_bf16, bytes 8..15: high bytes (in both 128-bit lanes).
+    alignas(32) static constexpr auto bytes = [] {
+      std::array<std::uint8_t, 32> b{};
+      const auto t = subnormal_tile_bf16<Packed>();
+      for (std::size_t lane = 0; lane < 32; lane += 16) {
+        for (std::size_t m = 0; m < 8; ++m) {
+          b[lane + m] = static_cast<std::uint8_t>(t[m] & 0xFFu);
+          b[lane + 8 + m] = static_cast<std::uint8_t>(t[m] >> 8);
+        }
+      }
+      return b;
+    }();
+    const __m256i table = _mm256_load_si256(reinterpret_cast<const __m256i*>(bytes.data()));
     const __m256i m = _mm256_and_si256(_mm256_srli_epi16(a, 4), _mm256_set1_epi16(7));
     const __m256i idx = _mm256_add_epi16(_mm256_or_si256(m, _mm256_slli_epi16(m, 8)), _mm256_set1_epi16(0x0800));
     const __m256i sv = _mm256_shuffle_epi8(table, idx);
@@ -328,10 +365,10 @@ DSA_FORCEINLINE __m256i decode_high_bytes8(__m256i u) {
 }
 
 // decode_quad16 for 8 rows.
-template <bool Special>
+template <bool Special, bool Packed = false>
 DSA_FORCEINLINE void decode_quad8(__m256i quad, std::uint32_t* pt) {
-  _mm256_store_si256(reinterpret_cast<__m256i*>(pt), decode_high_bytes8<Special>(_mm256_slli_epi16(quad, 8)));
-  _mm256_store_si256(reinterpret_cast<__m256i*>(pt + 8), decode_high_bytes8<Special>(quad));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(pt), decode_high_bytes8<Special, Packed>(_mm256_slli_epi16(quad, 8)));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(pt + 8), decode_high_bytes8<Special, Packed>(quad));
 }
 
 // 8 rows x 32 codes into quads [0, 8) of a group's pair tile, as decode_group16.
@@ -453,9 +490,9 @@ DSA_FORCEINLINE void decode_packed_tile(const packed_fp8_weight& w, index_t g0, 
         _mm_prefetch(static_cast<const char*>(prefetch_address(s + c * stride, packed_tile_prefetch)), _MM_HINT_T1);
       }
       if (((special >> (2 * h)) & 3u) == 0) {
-        for (int c = 0; c < 16; ++c) decode_quad16<false>(_mm512_loadu_si512(static_cast<const void*>(s + c * stride)), d + 2 * c * 16);
+        for (int c = 0; c < 16; ++c) decode_quad16<false, true>(_mm512_loadu_si512(static_cast<const void*>(s + c * stride)), d + 2 * c * 16);
       } else {
-        for (int c = 0; c < 16; ++c) decode_quad16<true>(_mm512_loadu_si512(static_cast<const void*>(s + c * stride)), d + 2 * c * 16);
+        for (int c = 0; c < 16; ++c) decode_quad16<true, true>(_mm512_loadu_si512(static_cast<const void*>(s + c * stride)), d + 2 * c * 16);
       }
     }
 #elif DSA_LINEAR_AVX2
@@ -466,14 +503,14 @@ DSA_FORCEINLINE void decode_packed_tile(const packed_fp8_weight& w, index_t g0, 
         _mm_prefetch(static_cast<const char*>(prefetch_address(s + c * stride, packed_tile_prefetch)), _MM_HINT_T1);
       }
       if (((special >> h) & 1u) == 0) {
-        for (int c = 0; c < 8; ++c) decode_quad8<false>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + c * stride)), d + 2 * c * 8);
+        for (int c = 0; c < 8; ++c) decode_quad8<false, true>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + c * stride)), d + 2 * c * 8);
       } else {
-        for (int c = 0; c < 8; ++c) decode_quad8<true>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + c * stride)), d + 2 * c * 8);
+        for (int c = 0; c < 8; ++c) decode_quad8<true, true>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + c * stride)), d + 2 * c * 8);
       }
     }
 #else
     (void)special;
-    const std::uint16_t* bf = e4m3_tile_bf16();
+    const std::uint16_t* bf = packed_tile_bf16();
     constexpr index_t G = group_rows;
     for (index_t q = 0; q < quads; ++q) {
       for (index_t j = 0; j < G; ++j) {
@@ -505,9 +542,9 @@ DSA_FORCEINLINE void decode_packed_run(const packed_fp8_weight& w, index_t g0, i
         const __m512i quad = _mm512_loadu_si512(static_cast<const void*>(s));
         std::uint32_t* d = pt + b * tile_stride + g * pair_tile_dwords + 2 * q * 16;
         if (((special[b] >> (q / 8)) & 1u) == 0) {
-          decode_quad16<false>(quad, d);
+          decode_quad16<false, true>(quad, d);
         } else {
-          decode_quad16<true>(quad, d);
+          decode_quad16<true, true>(quad, d);
         }
       }
     }
@@ -519,16 +556,21 @@ DSA_FORCEINLINE void decode_packed_run(const packed_fp8_weight& w, index_t g0, i
 
 #if DSA_LINEAR_AVX512
 /// acc[i] += the products of quad q of a packed block (16 rows x codes 4q..4q+3, at s) with x
-/// row i (xk[i * ldx + 0..3]: codes 4q..4q+3 of the block), in ascending k, for MR rows.
+/// row i (xk[i * ldx + 0..3]: codes 4q..4q+3 of the block), in ascending k, for MR rows. The low
+/// bytes reach the high byte of their word by a byte shift of the 128-bit lanes (port 5), not a
+/// word shift: the two 512-bit ports do all of this loop's work, and shifts can only use port 0
+/// (measured 2-3% faster at t = 2..4).
 template <bool Special, int MR>
 DSA_FORCEINLINE void packed_quad_fp32(const std::uint8_t* s, const float* DSA_RESTRICT xk, index_t ldx, __m512* acc) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   _mm_prefetch(static_cast<const char*>(prefetch_address(s, packed_tile_prefetch)), _MM_HINT_T1);
   const __m512i quad = _mm512_loadu_si512(static_cast<const void*>(s));
-  const __m512i a = decode_high_bytes<Special>(_mm512_slli_epi16(quad, 8));  // codes 4q, 4q + 2
-  const __m512i c = decode_high_bytes<Special>(quad);                         // codes 4q + 1, 4q + 3
-  const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
-  const __m512 w1 = _mm512_castsi512_ps(_mm512_slli_epi32(c, 16));
+  const __m512i a = decode_high_bytes<Special, true>(_mm512_bslli_epi128(quad, 1));  // codes 4q, 4q + 2
+  const __m512i c = decode_high_bytes<Special, true>(quad);                          // codes 4q + 1, 4q + 3
+  // The shifts as vector-extension operations: GCC 12 reports _mm512_slli_epi32's undefined
+  // pass-through operand as uninitialised once this is inlined into the noinline loops below.
+  const __m512 w0 = reinterpret_cast<__m512>(reinterpret_cast<vuint>(a) << 16);
+  const __m512 w1 = reinterpret_cast<__m512>(reinterpret_cast<vuint>(c) << 16);
   const __m512 w2 = _mm512_castsi512_ps(_mm512_and_si512(a, high));
   const __m512 w3 = _mm512_castsi512_ps(_mm512_and_si512(c, high));
 #pragma GCC unroll 4
@@ -543,36 +585,89 @@ DSA_FORCEINLINE void packed_quad_fp32(const std::uint8_t* s, const float* DSA_RE
   }
 }
 
+/// Quad q of blocks [B, NB) of a run (quad q of block b at src + q * stride + b * 64) into
+/// acc[b], block b taking the slow-code decode when bit b of SlowBlocks is set.
+template <unsigned SlowBlocks, int MR, int NB, int B = 0>
+DSA_FORCEINLINE void packed_quad_blocks_fp32(index_t q, const std::uint8_t* src, index_t stride,
+                                             const float* DSA_RESTRICT x, index_t ldx, __m512 (*acc)[MR]) {
+  packed_quad_fp32<((SlowBlocks >> B) & 1u) != 0, MR>(src + q * stride + B * 64, x + B * block + 4 * q, ldx, acc[B]);
+  if constexpr (B + 1 < NB) packed_quad_blocks_fp32<SlowBlocks, MR, NB, B + 1>(q, src, stride, x, ldx, acc);
+}
+
+/// Quads [q0, q1) of a run's NB blocks into acc (packed_quad_blocks_fp32).
+template <unsigned SlowBlocks, int MR, int NB>
+DSA_FORCEINLINE void packed_quads_fp32(index_t q0, index_t q1, const std::uint8_t* src, index_t stride,
+                                       const float* DSA_RESTRICT x, index_t ldx, __m512 (*acc)[MR]) {
+#pragma GCC unroll 2
+  for (index_t q = q0; q < q1; ++q) packed_quad_blocks_fp32<SlowBlocks, MR, NB>(q, src, stride, x, ldx, acc);
+}
+
+/// quads per slow-code flag bit (cpu/packed_fp8_weight.hpp).
+inline constexpr index_t packed_flag_quads = quads / 4;
+
+/// A run with no slow code: one straight loop over its 32 quads, the accumulators in registers.
+template <int MR, int NB>
+[[gnu::noinline]] void packed_run_fp32(const std::uint8_t* src, index_t stride, const float* DSA_RESTRICT x, index_t ldx,
+                                       float* DSA_RESTRICT d) {
+  __m512 acc[NB][MR];
+  for (int b = 0; b < NB; ++b) {
+    for (int i = 0; i < MR; ++i) acc[b][i] = _mm512_setzero_ps();
+  }
+  packed_quads_fp32<0, MR, NB>(0, quads, src, stride, x, ldx, acc);
+  for (int b = 0; b < NB; ++b) {
+    for (int i = 0; i < MR; ++i) _mm512_store_ps(d + (b * MR + i) * 16, acc[b][i]);
+  }
+}
+
+/// One flag range r (quads [8r, 8r + 8)) of a run that holds slow codes, the accumulators
+/// passed in memory: a call per range keeps every loop straight and its registers its own.
+template <unsigned SlowBlocks, int MR, int NB>
+[[gnu::noinline]] void packed_range_fp32(index_t r, const std::uint8_t* src, index_t stride, const float* DSA_RESTRICT x,
+                                         index_t ldx, __m512 (*acc_in_out)[MR]) {
+  __m512 acc[NB][MR];
+  for (int b = 0; b < NB; ++b) {
+    for (int i = 0; i < MR; ++i) acc[b][i] = acc_in_out[b][i];
+  }
+  packed_quads_fp32<SlowBlocks, MR, NB>(r * packed_flag_quads, (r + 1) * packed_flag_quads, src, stride, x, ldx, acc);
+  for (int b = 0; b < NB; ++b) {
+    for (int i = 0; i < MR; ++i) acc_in_out[b][i] = acc[b][i];
+  }
+}
+
 /// Decode with MR <= 4 rows in the fp32 mode from a packed weight: d[(b * MR + i) * 16 + j] =
 /// the fp32 block dot of row i with group g, block kb0 + b, for the NB blocks of one run. Each
 /// quad is decoded and widened in registers once for all rows (the pair tile is never stored):
 /// the same values in the same order as decode_packed_run followed by gemv_micro<float, MR, 16,
 /// NB>. With MR >= 2 the two 512-bit ports, which every decode operation and FMA needs, are the
-/// bound (5 shifts, 4 bitwise operations and 4 MR FMAs per quad), so the slow-code flags are
-/// tested once per 8 quads of the run's blocks, not per quad (the tests and branches would take
-/// port-0 slots too).
+/// bound (4 shifts, 4 bitwise operations, a byte shift and 4 MR FMAs per quad), so nothing else
+/// may sit in the loop: a run without slow codes (most: a few in 10^4 codes of a real weight are
+/// subnormal or zero) takes one straight loop; any other run goes range by range, each range a
+/// call specialised by which blocks hold slow codes (more than one block: all take the slow
+/// decode). Branching on the flags inside one loop instead, or inlining the ranges, made GCC keep
+/// the accumulators in memory or pick worse code for the common case: measured 12-20% slower at
+/// t = 2..4 on checkpoint-like codes (docs/performance.md, "Eighth pass").
 template <int MR, int NB>
 DSA_FORCEINLINE void packed_gemv_fp32(const packed_fp8_weight& w, index_t g, index_t kb0, const float* DSA_RESTRICT x,
                                       index_t ldx, float* DSA_RESTRICT d) {
   const std::uint8_t* src = w.block_codes(g, kb0);  // the run: quad q of block b at src + q * stride + b * 64
   const index_t stride = w.quad_stride(kb0);
-  __m512 acc[NB][MR];
   unsigned special[NB], any = 0;
   for (int b = 0; b < NB; ++b) {
-    for (int i = 0; i < MR; ++i) acc[b][i] = _mm512_setzero_ps();
     special[b] = w.special(g, kb0 + b);
     any |= special[b];
   }
-  constexpr index_t flag_quads = quads / 4;  // quads per special flag bit
-  for (index_t r = 0; r < 4; ++r) {
-    if (((any >> r) & 1u) == 0) {
-#pragma GCC unroll 2
-      for (index_t q = r * flag_quads; q < (r + 1) * flag_quads; ++q) {
-#pragma GCC unroll 4
-        for (int b = 0; b < NB; ++b) packed_quad_fp32<false, MR>(src + q * stride + b * 64, x + b * block + 4 * q, ldx, acc[b]);
-      }
-    } else {
-      for (index_t q = r * flag_quads; q < (r + 1) * flag_quads; ++q) {
+  if (any == 0) {
+    packed_run_fp32<MR, NB>(src, stride, x, ldx, d);
+    return;
+  }
+  alignas(64) __m512 acc[NB][MR];
+  for (int b = 0; b < NB; ++b) {
+    for (int i = 0; i < MR; ++i) acc[b][i] = _mm512_setzero_ps();
+  }
+  if constexpr (MR == 1) {
+    // One row leaves the ports room: the flags tested in the loop cost less than the calls.
+    for (index_t r = 0; r < 4; ++r) {
+      for (index_t q = r * packed_flag_quads; q < (r + 1) * packed_flag_quads; ++q) {
         for (int b = 0; b < NB; ++b) {
           const std::uint8_t* s = src + q * stride + b * 64;
           if (((special[b] >> r) & 1u) == 0) {
@@ -582,6 +677,21 @@ DSA_FORCEINLINE void packed_gemv_fp32(const packed_fp8_weight& w, index_t g, ind
           }
         }
       }
+    }
+    for (int b = 0; b < NB; ++b) _mm512_store_ps(d + b * 16, acc[b][0]);
+    return;
+  }
+  constexpr unsigned all = (1u << NB) - 1;
+  for (index_t r = 0; r < 4; ++r) {
+    unsigned slow = 0;
+    for (int b = 0; b < NB; ++b) slow |= ((special[b] >> r) & 1u) << b;
+    switch (slow) {
+      case 0: packed_range_fp32<0, MR, NB>(r, src, stride, x, ldx, acc); break;
+      case 1: packed_range_fp32<1, MR, NB>(r, src, stride, x, ldx, acc); break;
+      case 2: packed_range_fp32<2 & all, MR, NB>(r, src, stride, x, ldx, acc); break;
+      case 4: packed_range_fp32<4 & all, MR, NB>(r, src, stride, x, ldx, acc); break;
+      case 8: packed_range_fp32<8 & all, MR, NB>(r, src, stride, x, ldx, acc); break;
+      default: packed_range_fp32<all, MR, NB>(r, src, stride, x, ldx, acc); break;
     }
   }
   for (int b = 0; b < NB; ++b) {

@@ -9,8 +9,16 @@
 // slow decode (subnormal, zero, NaN): three fifths of the decode's time (17 against 43 GB/s of
 // codes), which kept the decode GEMV under the memory's rate (docs/performance.md). The packed
 // form stores the codes in that order, so the kernels load each vector as it is, and records
-// which ranges hold a slow code. Same bytes, same results: fp8_linear with a packed weight gives
+// which ranges hold a slow code. Same values, same results: fp8_linear with a packed weight gives
 // the bits of fp8_linear with the original, in both block-dot modes (tested).
+//
+// Codes: each byte is the checkpoint's code except at exponent field 0 (packed_e4m3_code). The
+// fast decode applies the normal-number formula to every code, 2^(e-7) (1 + m/8), which is
+// wrong for e = 0; but for a subnormal with mantissa m >= 4 (value m 2^-9) it is exact at
+// mantissa 2m - 8, so the packing stores those that way and the fast decode covers them. Zero
+// and the subnormals with m < 4 take the odd mantissas (2m + 1) and stay slow codes, as NaN.
+// With Gaussian-like weights this halves the runs that need the slow decode (measured: 64% ->
+// 36% of the 4-block runs of a checkpoint-like weight, docs/performance.md "Eighth pass").
 //
 // Layout (G rows per group, nkb = in / 128 blocks, rows padded to a multiple of 64 with the code
 // of 1.0, whose outputs are never stored): per group of G rows, the blocks in runs of R = 4
@@ -20,8 +28,8 @@
 // length. The decode GEMV takes R blocks per step, so it reads its codes as one sequential
 // stream (with the blocks one after another, a step was four streams 2 KB apart, which the
 // prefetchers served at 8-10 GB/s against 12-13 for one stream in a model of the loop). Bit s of
-// special(g, kb) is set when quads [8s, 8s + 8) of that group and block hold a subnormal, zero or
-// NaN code.
+// special(g, kb) is set when quads [8s, 8s + 8) of that group and block hold a slow code (zero,
+// a subnormal with m < 4, NaN).
 #pragma once
 
 #include <algorithm>
@@ -92,13 +100,27 @@ class packed_fp8_weight {
 };
 
 namespace cpu_detail {
-/// True when one of the 8 e4m3 codes in v is one the kernels' fast decode does not cover:
-/// exponent field 0 (subnormals, zeros) or NaN (0x7F, 0xFF). Bytewise, without a loop: a byte of
-/// (v & 0x78..) or of (v & 0x7F..) ^ 0x7F.. is zero (the exact "has a zero byte" test).
+/// The packed form's byte for e4m3 code c (file comment): c itself unless its exponent field is
+/// 0; then mantissa m becomes 2m - 8 (m >= 4: the fast decode's value is exact) or 2m + 1.
+constexpr std::uint8_t packed_e4m3_code(std::uint8_t c) {
+  if ((c & 0x78u) != 0) return c;
+  const unsigned m = c & 7u;
+  return static_cast<std::uint8_t>((c & 0x80u) | (m >= 4 ? 2 * m - 8 : 2 * m + 1));
+}
+/// The e4m3 code of a packed byte (the inverse of packed_e4m3_code).
+constexpr std::uint8_t unpacked_e4m3_code(std::uint8_t p) {
+  if ((p & 0x78u) != 0) return p;
+  const unsigned m = p & 7u;
+  return static_cast<std::uint8_t>((p & 0x80u) | (m % 2 == 0 ? m / 2 + 4 : (m - 1) / 2));
+}
+
+/// True when one of the 8 e4m3 codes in v packs to a byte the kernels' fast decode does not
+/// cover: zero, a subnormal with mantissa < 4, or NaN (0x7F, 0xFF). Bytewise, without a loop: a
+/// byte of (v & 0x7C..) or of (v & 0x7F..) ^ 0x7F.. is zero (the exact "has a zero byte" test).
 constexpr bool e4m3_any_slow_code(std::uint64_t v) {
   constexpr std::uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
   auto has_zero_byte = [](std::uint64_t x) { return ((x - ones) & ~x & highs) != 0; };
-  return has_zero_byte(v & 0x7878787878787878ull) || has_zero_byte((v & 0x7F7F7F7F7F7F7F7Full) ^ 0x7F7F7F7F7F7F7F7Full);
+  return has_zero_byte(v & 0x7C7C7C7C7C7C7C7Cull) || has_zero_byte((v & 0x7F7F7F7F7F7F7F7Full) ^ 0x7F7F7F7F7F7F7F7Full);
 }
 }  // namespace cpu_detail
 
@@ -136,7 +158,9 @@ inline packed_fp8_weight pack_fp8_weight(const cpu_backend& be, host_view<const 
           const index_t r = g * G + j;
           const std::uint8_t* src = r < out ? reinterpret_cast<const std::uint8_t*>(w.row(r)) + kb * fp8_linear_block
                                             : padding.data();
-          for (index_t q = 0; q < fp8_linear_block / 4; ++q) std::memcpy(dst + q * quad_stride + j * 4, src + 4 * q, 4);
+          std::array<std::uint8_t, fp8_linear_block> codes;
+          for (std::size_t c = 0; c < codes.size(); ++c) codes[c] = cpu_detail::packed_e4m3_code(src[c]);
+          for (index_t q = 0; q < fp8_linear_block / 4; ++q) std::memcpy(dst + q * quad_stride + j * 4, codes.data() + 4 * q, 4);
           for (index_t c = 0; c < fp8_linear_block; c += 8) {
             std::uint64_t v;
             std::memcpy(&v, src + c, 8);
