@@ -640,8 +640,8 @@ template <unsigned SlowBlocks, int MR, int NB>
 /// the same values in the same order as decode_packed_run followed by gemv_micro<float, MR, 16,
 /// NB>. With MR >= 2 the two 512-bit ports, which every decode operation and FMA needs, are the
 /// bound (4 shifts, 4 bitwise operations, a byte shift and 4 MR FMAs per quad), so nothing else
-/// may sit in the loop: a run without slow codes (most: a few in 10^4 codes of a real weight are
-/// subnormal or zero) takes one straight loop; any other run goes range by range, each range a
+/// may sit in the loop: a run without slow codes (about two thirds of a checkpoint-like weight's
+/// runs: zero and the small subnormals are a few in 10^5 codes) takes one straight loop; any other run goes range by range, each range a
 /// call specialised by which blocks hold slow codes (more than one block: all take the slow
 /// decode). Branching on the flags inside one loop instead, or inlining the ranges, made GCC keep
 /// the accumulators in memory or pick worse code for the common case: measured 12-20% slower at
