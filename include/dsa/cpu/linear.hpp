@@ -258,12 +258,12 @@ inline constexpr index_t pair_tile_dwords = quads * 2 * group_rows;
 // 2^8, with integer operations only: an arithmetic shift puts the 7 code bits at bf16 bits
 // 10..4 with copies of the sign above them, and one bitwise select keeps the sign (bit 15) and
 // those 7 bits and sets bit 14: exponent field 128 + e, mantissa m, which is 2^8 times the
-// value of every normal code. Special (a group holding a subnormal, zero or NaN code) then
-// replaces exponent-0 codes by their value times 2^8 (a table lookup, exact: 2^8 * m * 2^-9 for
-// the checkpoint's codes, Packed for the packed form's; the sign put back for all lanes at once)
-// and turns NaN codes, which the select made 2^16 * 1.875 (bits 0x47F0 and the
-// sign), into a quiet NaN (adding 0x3800: 0x7FF0), signs kept. No subnormal is formed, so
-// neither DAZ nor denormal-operand assists (over 100 cycles each on x86) play a part.
+// value of every normal code. Special (a group holding a code this misses: exponent 0 or NaN)
+// then replaces exponent-0 codes by their value times 2^8 (a table lookup, exact: 2^8 * m * 2^-9
+// for the checkpoint's codes; Packed: the packed form's table; the sign put back for all lanes at
+// once) and turns NaN codes, which the select made 2^16 * 1.875 (bits 0x47F0 and the sign), into
+// a quiet NaN (adding 0x3800: 0x7FF0), signs kept. No subnormal is formed, so neither DAZ nor
+// denormal-operand assists (over 100 cycles each on x86) play a part.
 template <bool Special, bool Packed = false>
 DSA_FORCEINLINE __m512i decode_high_bytes(__m512i u) {
   const __m512i a = _mm512_srai_epi16(u, 4);
