@@ -103,21 +103,12 @@ namespace cpu_detail {
 /// The packed form's byte for e4m3 code c (file comment): c itself unless its exponent field is
 /// 0; then mantissa m becomes 2m - 8 (m >= 4: the fast decode's value is exact) or 2m + 1.
 constexpr std::uint8_t packed_e4m3_code(std::uint8_t c) {
-  if ((c & 0x78u) != 0) return c;
+  // Without branches, so that the packing's loop vectorises whatever the codes: 2m + 1, less 9
+  // when m >= 4 (measured: 0.88 GB/s on one thread for checkpoint-like and random codes, 1.05
+  // before the re-encoding; with a branch, 0.41 on random codes).
   const unsigned m = c & 7u;
-  return static_cast<std::uint8_t>((c & 0x80u) | (m >= 4 ? 2 * m - 8 : 2 * m + 1));
-}
-/// packed_e4m3_code of each of the 8 codes in v, without a branch or a loop: 2m + 1, less 9
-/// when m >= 4, under the mask of the bytes whose exponent field is 0.
-constexpr std::uint64_t packed_e4m3_codes(std::uint64_t v) {
-  constexpr std::uint64_t lows = 0x0101010101010101ull, highs = 0x8080808080808080ull;
-  const std::uint64_t e = v & 0x7878787878787878ull;
-  const std::uint64_t zero = ~(((e & 0x7F7F7F7F7F7F7F7Full) + 0x7F7F7F7F7F7F7F7Full) | e) & highs;  // exact
-  const std::uint64_t mask = (zero >> 7) * 0xFF;
-  const std::uint64_t m = v & 0x0707070707070707ull;
-  const std::uint64_t big = (m >> 2) & lows;                       // m >= 4
-  const std::uint64_t sub = (v & highs) | (((m << 1) | lows) - ((big << 3) | big));  // no borrow: 2m + 1 >= 9 there
-  return (v & ~mask) | (sub & mask);
+  const unsigned exponent0 = (c & 0x80u) | (2 * m + 1 - 9 * (m >> 2));
+  return static_cast<std::uint8_t>((c & 0x78u) != 0 ? c : exponent0);
 }
 /// The e4m3 code of a packed byte (the inverse of packed_e4m3_code).
 constexpr std::uint8_t unpacked_e4m3_code(std::uint8_t p) {
@@ -136,19 +127,6 @@ constexpr bool has_zero_byte(std::uint64_t x) {
 /// (v & 0x7F..) ^ 0x7F.. is zero.
 constexpr bool e4m3_any_slow_code(std::uint64_t v) {
   return has_zero_byte(v & 0x7C7C7C7C7C7C7C7Cull) || has_zero_byte((v & 0x7F7F7F7F7F7F7F7Full) ^ 0x7F7F7F7F7F7F7F7Full);
-}
-
-/// The packed row block at dst (quad q at dst + q * quad_stride) of the 128 codes at src, again,
-/// through packed_e4m3_codes: for the row blocks that hold an exponent-0 code (about one in a
-/// hundred in real weights), apart from the common copy.
-inline void repack_exponent0_codes(const std::uint8_t* src, std::uint8_t* dst, index_t quad_stride) {
-  for (index_t c = 0; c < fp8_linear_block; c += 8) {
-    std::uint64_t v;
-    std::memcpy(&v, src + c, 8);
-    const std::uint64_t packed = packed_e4m3_codes(v);  // quads c / 4 and c / 4 + 1
-    std::memcpy(dst + (c / 4) * quad_stride, &packed, 4);
-    std::memcpy(dst + (c / 4 + 1) * quad_stride, reinterpret_cast<const std::uint8_t*>(&packed) + 4, 4);
-  }
 }
 }  // namespace cpu_detail
 
@@ -186,19 +164,14 @@ inline packed_fp8_weight pack_fp8_weight(const cpu_backend& be, host_view<const 
           const index_t r = g * G + j;
           const std::uint8_t* src = r < out ? reinterpret_cast<const std::uint8_t*>(w.row(r)) + kb * fp8_linear_block
                                             : padding.data();
-          for (index_t q = 0; q < fp8_linear_block / 4; ++q) std::memcpy(dst + q * quad_stride + j * 4, src + 4 * q, 4);
-          bool exponent0 = false;
+          std::array<std::uint8_t, fp8_linear_block> codes;
+          for (std::size_t c = 0; c < codes.size(); ++c) codes[c] = cpu_detail::packed_e4m3_code(src[c]);
+          for (index_t q = 0; q < fp8_linear_block / 4; ++q) std::memcpy(dst + q * quad_stride + j * 4, codes.data() + 4 * q, 4);
           for (index_t c = 0; c < fp8_linear_block; c += 8) {
             std::uint64_t v;
             std::memcpy(&v, src + c, 8);
-            // The two tests of the common case (no exponent-0 and no NaN code), the rest rarely.
-            const bool e0 = cpu_detail::has_zero_byte(v & 0x7878787878787878ull);
-            if (e0 || cpu_detail::has_zero_byte((v & 0x7F7F7F7F7F7F7F7Full) ^ 0x7F7F7F7F7F7F7F7Full)) {
-              if (cpu_detail::e4m3_any_slow_code(v)) mask = static_cast<std::uint8_t>(mask | (1u << (c / 32)));
-              exponent0 = exponent0 || e0;
-            }
+            if (cpu_detail::e4m3_any_slow_code(v)) mask = static_cast<std::uint8_t>(mask | (1u << (c / 32)));
           }
-          if (exponent0) cpu_detail::repack_exponent0_codes(src, dst + j * 4, quad_stride);
         }
         p.special_[static_cast<std::size_t>(g * nkb + kb)] = mask;
       }
