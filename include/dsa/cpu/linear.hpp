@@ -599,7 +599,7 @@ DSA_FORCEINLINE void packed_quad_blocks_fp32(const std::uint8_t* s, const float*
 /// ldx apart) into acc (packed_quad_blocks_fp32). Each row's activations are read through a
 /// pointer of its own: Clang otherwise folds the rows into one induction variable and addresses x
 /// as base + index, which splits each broadcast FMA into two uops on Intel cores (measured with
-/// clang 14 at t = 4: 19.6 against 14.8 cycles per 64 codes); the empty asm keeps the pointers
+/// clang 14 at t = 4: 22.5 against 14.9 cycles per 64 codes); the empty asm keeps the pointers
 /// apart there (GCC keeps them apart itself, and schedules the loop worse with the asm).
 template <unsigned SlowBlocks, int MR, int NB>
 DSA_FORCEINLINE void packed_quads_fp32(index_t q0, index_t q1, const std::uint8_t* src, index_t stride,
@@ -657,9 +657,9 @@ template <unsigned SlowBlocks, int MR, int NB>
 /// NB>. With MR >= 2 the two 512-bit ports, which every decode operation and FMA needs, are the
 /// bound (4 shifts, 4 bitwise operations, a byte shift and 4 MR FMAs per quad), so nothing else
 /// may sit in the loop: a run without slow codes (about two thirds of a checkpoint-like weight's
-/// runs: zero and the small subnormals are a few in 10^5 codes) takes one straight loop; any other run goes range by range, each range a
-/// call specialised by which blocks hold slow codes (more than one block: all take the slow
-/// decode). Branching on the flags inside one loop instead, or inlining the ranges, made GCC keep
+/// runs: zero and the small subnormals are a few in 10^5 codes) takes one straight loop; any
+/// other run goes range by range, each range a call specialised by which blocks hold slow codes
+/// (more than one block: all take the slow decode). Branching on the flags inside one loop instead, or inlining the ranges, made GCC keep
 /// the accumulators in memory or pick worse code for the common case: measured 12-20% slower at
 /// t = 2..4 on checkpoint-like codes (docs/performance.md, "Eighth pass").
 template <int MR, int NB>
