@@ -390,6 +390,19 @@ void parts_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_fp8_gemv_parts)->Apply(parts_args);
 
+// dsa::pack_fp8_weight of the checkpoint-like 7168 -> 18432 weight (132 MB of codes, from
+// memory) on 1 or 2 threads: the load-time price of the packed form (GB/s of codes).
+void BM_pack_fp8_weight(benchmark::State& state) {
+  const fp8_pool& w = pool(1, false);
+  const dsa::cpu_backend be{static_cast<int>(state.range(0))};
+  for (auto _ : state) {
+    dsa::packed_fp8_weight p = dsa::pack_fp8_weight(be, w.view(0));
+    benchmark::DoNotOptimize(p);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * w.in * w.out);
+}
+BENCHMARK(BM_pack_fp8_weight)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // Baseline: Eigen fp32 GEMM (GEMV for t = 1) of the expert shape with dequantized fp32 weights
 // (cached), output columns split over the same threads.
 void BM_eigen_sgemm_baseline(benchmark::State& state) {
