@@ -4,6 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "dsa/cuda/backend.hpp"
 
 namespace dsa_test {
@@ -21,6 +24,25 @@ inline int& skipped_cuda_cases() {
 inline bool cuda_device_present() {
   static const bool present = dsa::has_device();
   return present;
+}
+
+/// True when DSA_TEST_UNDER_SANITIZER is set (to anything but "" or "0"), as tools/gpu_check.sh
+/// does for its compute-sanitizer runs. The cases whose V3.2-sized shapes take many minutes under
+/// racecheck then run smaller shapes that keep their code paths (the same kernel instances,
+/// partial and multiple tiles, several head groups and splits, looped grids); the full shapes run
+/// without the sanitizer (docs/cuda.md, "Tests").
+inline bool under_sanitizer() {
+  static const bool set = [] {
+    const char* v = std::getenv("DSA_TEST_UNDER_SANITIZER");
+    return v != nullptr && std::string_view(v) != "" && std::string_view(v) != "0";
+  }();
+  return set;
+}
+
+/// `full` normally, `reduced` under the sanitizers (under_sanitizer()).
+template <class T>
+T full_or_sanitizer(T full, T reduced) {
+  return under_sanitizer() ? reduced : full;
 }
 
 }  // namespace dsa_test

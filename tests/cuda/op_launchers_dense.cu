@@ -64,6 +64,15 @@ DSA_TEST_DENSE_FP8_LINEAR(float, bf16)
 DSA_TEST_DENSE_FP8_LINEAR(float, float)
 #undef DSA_TEST_DENSE_FP8_LINEAR
 
+void fp8_linear_grid_rows(const cuda_backend& be, dview<const bf16, 2> x, dview<const fp8_e4m3, 2> w,
+                          dview<const float, 2> ws, dview<bf16, 2> y, dsa::scale_format act_format, index_t max_rows) {
+  dsa::cuda_detail::run_fp8_linear(be, x, w, ws, y, act_format, max_rows);
+}
+void linear_simt_grid_rows(const cuda_backend& be, dview<const bf16, 2> x, dview<const float, 2> w, dview<float, 2> y,
+                           index_t max_rows) {
+  dsa::cuda_detail::run_linear_simt(be, x, w, y, max_rows);
+}
+
 void sparse_mha_attention(const cuda_backend& be, dview<const bf16, 3> q, dview<const bf16, 3> k_nope,
                           dview<const bf16, 2> k_rope, dview<const bf16, 3> v, dview<const std::int32_t, 2> indices,
                           dview<bf16, 3> out, const dsa::sparse_mha_config& cfg, dview<float, 2> lse) {

@@ -61,6 +61,14 @@ DSA_TEST_DENSE_FP8_LINEAR(float, bf16)
 DSA_TEST_DENSE_FP8_LINEAR(float, float)
 #undef DSA_TEST_DENSE_FP8_LINEAR
 
+// ---- linear and fp8_linear with at most max_rows blocks along y -------------------------------------
+// The kernels on arguments the caller has checked (dsa::cuda_detail::run_fp8_linear, run_linear_simt):
+// a small max_rows makes each block loop over several row tiles on a small shape.
+void fp8_linear_grid_rows(const cuda_backend& be, dview<const bf16, 2> x, dview<const fp8_e4m3, 2> w,
+                          dview<const float, 2> ws, dview<bf16, 2> y, dsa::scale_format act_format, index_t max_rows);
+void linear_simt_grid_rows(const cuda_backend& be, dview<const bf16, 2> x, dview<const float, 2> w, dview<float, 2> y,
+                           index_t max_rows);
+
 // ---- sparse_mha_attention ----------------------------------------------------------------------
 void sparse_mha_attention(const cuda_backend& be, dview<const bf16, 3> q, dview<const bf16, 3> k_nope,
                           dview<const bf16, 2> k_rope, dview<const bf16, 3> v, dview<const std::int32_t, 2> indices,

@@ -217,10 +217,11 @@ void check_rope(index_t t, index_t heads, index_t width, index_t offset, const d
 // ---- linear --------------------------------------------------------------------------------------
 
 // y = x . w^T with leading dimensions ldx >= in (0: broadcast one row), ldw, ldy, against a double
-// reference and the error bound of the header; and bit-identical on a second run.
+// reference and the error bound of the header; and bit-identical on a second run. max_rows > 0
+// calls the SIMT kernel with at most that many blocks along y (its row-tile loop).
 template <class X, class W, class O>
 void check_linear(const dsa::cublas_handle& blas, index_t t, index_t in, index_t out, index_t ldx, index_t ldw,
-                  index_t ldy, std::uint64_t seed) {
+                  index_t ldy, std::uint64_t seed, index_t max_rows = 0) {
   CAPTURE(t);
   CAPTURE(in);
   CAPTURE(out);
@@ -249,9 +250,16 @@ void check_linear(const dsa::cublas_handle& blas, index_t t, index_t in, index_t
   const dsa::device_view<const X, 2> dxv(dx.data(), {t, in}, {ldx, 1});
   const dsa::device_view<const W, 2> dwv(dw.data(), {out, in}, {ldw, 1});
   const dsa::device_view<O, 2> dyv(dy.data(), {t, out}, {ldy, 1});
-  ops::linear(be, dxv, dwv, dyv);
+  const auto call = [&] {
+    if constexpr (std::is_same_v<X, bf16> && std::is_same_v<W, float> && std::is_same_v<O, float>) {
+      if (max_rows > 0) return ops::linear_simt_grid_rows(be, dxv, dwv, dyv, max_rows);
+    }
+    REQUIRE(max_rows == 0);
+    ops::linear(be, dxv, dwv, dyv);
+  };
+  call();
   const auto y = dsa_test::download(dy, stream.get());
-  ops::linear(be, dxv, dwv, dyv);
+  call();
   dsa_test::check_bits_equal("y (second run)", dsa_test::download(dy, stream.get()), y);
   std::size_t bad = 0, padding_changed = 0;
   for (index_t i = 0; i < t; ++i) {
@@ -280,9 +288,10 @@ void check_linear(const dsa::cublas_handle& blas, index_t t, index_t in, index_t
 
 // ---- fp8_linear ----------------------------------------------------------------------------------
 
+// max_rows > 0: the kernel with at most that many blocks along y (its row-tile loop).
 template <class X, class O>
 void check_fp8_linear(index_t t, index_t in, index_t out, index_t ldx, index_t ldw, dsa::scale_format fmt,
-                      bool specials, std::uint64_t seed) {
+                      bool specials, std::uint64_t seed, index_t max_rows = 0) {
   CAPTURE(t);
   CAPTURE(in);
   CAPTURE(out);
@@ -325,9 +334,18 @@ void check_fp8_linear(index_t t, index_t in, index_t out, index_t ldx, index_t l
   auto dw = dsa_test::upload(w, stream.get());
   auto dws = dsa_test::upload(ws, stream.get());
   dsa::device_buffer<O> dy(t * out, stream.get());
-  ops::fp8_linear(stream.backend(), dsa::device_view<const X, 2>(dx.data(), {t, in}, {ldx, 1}),
-                  dsa::device_view<const fp8_e4m3, 2>(dw.data(), {out, in}, {ldw, 1}), dws.view({nbo, nbk}),
-                  dy.view({t, out}), fmt);
+  const dsa::device_view<const X, 2> dxv(dx.data(), {t, in}, {ldx, 1});
+  const dsa::device_view<const fp8_e4m3, 2> dwv(dw.data(), {out, in}, {ldw, 1});
+  if constexpr (std::is_same_v<X, bf16> && std::is_same_v<O, bf16>) {
+    if (max_rows > 0) {
+      ops::fp8_linear_grid_rows(stream.backend(), dxv, dwv, dws.view({nbo, nbk}), dy.view({t, out}), fmt, max_rows);
+    } else {
+      ops::fp8_linear(stream.backend(), dxv, dwv, dws.view({nbo, nbk}), dy.view({t, out}), fmt);
+    }
+  } else {
+    REQUIRE(max_rows == 0);
+    ops::fp8_linear(stream.backend(), dxv, dwv, dws.view({nbo, nbk}), dy.view({t, out}), fmt);
+  }
   dsa_test::check_bits_equal("y", dsa_test::download(dy, stream.get()), hy);
 }
 
@@ -597,12 +615,18 @@ TEST_CASE("cuda linear: cuBLAS and SIMT paths within the fp32 accumulation bound
   struct shape {
     index_t t, in, out, ldx, ldw, ldy;
   };
+  // Under the sanitizers shorter rows and fewer output columns (still two or more tiles, a partial
+  // one; the length of the k loop makes no new path).
+  const index_t in1 = dsa_test::full_or_sanitizer<index_t>(7168, 512);
+  const index_t out1 = dsa_test::full_or_sanitizer<index_t>(1536, 96);
+  const index_t out2 = dsa_test::full_or_sanitizer<index_t>(576, 96);
+  const index_t out3 = dsa_test::full_or_sanitizer<index_t>(300, 70);
   const shape shapes[] = {
-      {1, 7168, 1536, 7168, 7168, 1536},  // V3.2 wq_a, decode
-      {4, 1536, 576, 1600, 1536, 600},    // strided x and y
-      {37, 512, 300, 512, 520, 300},      // ragged tiles, strided w
-      {3, 100, 7, 0, 100, 7},             // a broadcast x row (stride 0): the SIMT kernel
-      {5, 0, 9, 0, 0, 9},                 // in = 0: y = 0
+      {1, in1, out1, in1, in1, out1},       // V3.2 wq_a, decode
+      {4, 1536, out2, 1600, 1536, out2 + 24},  // strided x and y
+      {37, 512, out3, 512, 520, out3},      // ragged tiles, strided w
+      {3, 100, 7, 0, 100, 7},               // a broadcast x row (stride 0): the SIMT kernel
+      {5, 0, 9, 0, 0, 9},                   // in = 0: y = 0
   };
   for (const auto& s : shapes) {
     check_linear<bf16, bf16, bf16>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
@@ -623,13 +647,17 @@ TEST_CASE("cuda fp8_linear: bit-identical to the CPU") {
   struct shape {
     index_t t, in, out, ldx, ldw;
   };
+  // Under the sanitizers shorter rows, fewer output columns and rows (still several tiles, partial
+  // ones, two or more k blocks).
+  const bool small = dsa_test::under_sanitizer();
+  const index_t in_v32 = small ? 384 : 7168;
   const shape shapes[] = {
-      {1, 7168, 1536, 7168, 7168},  // V3.2 wq_a, decode tile
-      {4, 1536, 3072, 1536, 1536},  // wq_b-like
-      {8, 512, 300, 640, 517},      // decode tile, ragged columns, unaligned weight rows
-      {9, 7168, 576, 7168, 7168},   // the first many-row tile: wkv_a
-      {70, 1024, 200, 1056, 1024},  // ragged rows and columns, strided x
-      {33, 128, 1, 128, 128},       // one output feature
+      {1, in_v32, small ? 300 : 1536, in_v32, in_v32},  // V3.2 wq_a, decode tile
+      {4, small ? 256 : 1536, small ? 260 : 3072, small ? 256 : 1536, small ? 256 : 1536},  // wq_b-like
+      {8, 512, 300, 640, 517},                    // decode tile, ragged columns, unaligned weight rows
+      {9, in_v32, small ? 70 : 576, in_v32, in_v32},  // the first many-row tile: wkv_a
+      {small ? 40 : 70, 1024, small ? 70 : 200, 1056, 1024},  // ragged rows and columns, strided x
+      {33, 128, 1, 128, 128},                     // one output feature
   };
   for (const auto& s : shapes) {
     for (const scale_format fmt : {scale_format::ue8m0, scale_format::fp32}) {
@@ -643,12 +671,17 @@ TEST_CASE("cuda fp8_linear: bit-identical to the CPU") {
 }
 
 // Row tiles are blockIdx.y, which the launchers clamp to 65535 and the kernels loop over: these
-// shapes have more tiles than that (fp8_linear's 32-row tile; the SIMT linear's 64-row tile).
+// shapes have more tiles than that (fp8_linear's 32-row tile; the SIMT linear's 64-row tile). The
+// same loops with the grid capped at 2 blocks along y run small shapes, several tiles per block;
+// under the sanitizers only those (the 65536-tile shapes would take racecheck an hour).
 TEST_CASE("cuda linear and fp8_linear: more than 65535 row tiles (grid y clamped, tiles looped)") {
   DSA_TEST_REQUIRE_CUDA_DEVICE();
+  dsa::cublas_handle blas;
+  check_fp8_linear<bf16, bf16>(7 * 32 + 5, 256, 70, 256, 256, dsa::scale_format::ue8m0, true, 902, 2);
+  check_linear<bf16, float, float>(blas, 5 * 64 + 3, 40, 70, 40, 40, 70, 903, 2);
+  if (dsa_test::under_sanitizer()) return;
   const index_t fp8_rows = 65535 * 32 + 40;  // 2,097,160 rows of 128
   check_fp8_linear<bf16, bf16>(fp8_rows, 128, 1, 128, 128, dsa::scale_format::ue8m0, false, 900);
-  dsa::cublas_handle blas;
   const index_t simt_rows = 65535 * 64 + 3;  // 4,194,243 rows of 4; mixed types: the SIMT kernel
   check_linear<bf16, float, float>(blas, simt_rows, 4, 3, 4, 4, 3, 901);
 }

@@ -196,29 +196,43 @@ TEST_CASE("cuda sparse_mla_attention: small odd shapes, every index pattern, 1 t
 
 TEST_CASE("cuda sparse_mla_attention: V3.2 head dims with 16 and 64 heads, bf16 and FP8 caches") {
   DSA_TEST_REQUIRE_CUDA_DEVICE();
+  // Under the sanitizers fewer tokens, entries and calls (exact data only, fewer split counts):
+  // still several tiles, a partial one, one split and several.
+  const bool small = dsa_test::under_sanitizer();
   for (const bool exact : {false, true}) {
-    check_shape({4, 16, 576, 512, 300, 1000}, sparse_mla_indices::mixed, 11, exact, {1, 3, 16});
-    check_shape({2, 64, 576, 512, 2048, 4096}, sparse_mla_indices::mixed, 12, exact, {1, 8});
+    if (small && !exact) continue;
+    check_shape({small ? 2 : 4, 16, 576, 512, small ? 70 : 300, 1000}, sparse_mla_indices::mixed, 11, exact,
+                small ? std::initializer_list<index_t>{1, 3} : std::initializer_list<index_t>{1, 3, 16});
+    check_shape({small ? 1 : 2, 64, 576, 512, small ? 100 : 2048, 4096}, sparse_mla_indices::mixed, 12, exact,
+                small ? std::initializer_list<index_t>{8} : std::initializer_list<index_t>{1, 8});
   }
 }
 
 TEST_CASE("cuda sparse_mla_attention: V3.2 decode, 128 heads, top-2048 of a 128K cache") {
   DSA_TEST_REQUIRE_CUDA_DEVICE();
   const index_t sms = sm_count();
-  for (const index_t s : {1, 2, 4}) {
-    const index_t ns = dsa::sparse_mla_attention_num_splits(s, 128, 2048, sms);
+  // Under the sanitizers one token, 40 entries (two tiles) of the 128K cache, 4 splits, exact data.
+  const bool small = dsa_test::under_sanitizer();
+  const index_t k = small ? 40 : 2048;
+  for (const index_t s : small ? std::vector<index_t>{1} : std::vector<index_t>{1, 2, 4}) {
+    const index_t ns = small ? 4 : dsa::sparse_mla_attention_num_splits(s, 128, k, sms);
     CAPTURE(ns);
-    check_shape({s, 128, 576, 512, 2048, 131072}, sparse_mla_indices::random, 20 + static_cast<std::uint64_t>(s),
-                false, {1, ns});
-    check_shape({s, 128, 576, 512, 2048, 131072}, sparse_mla_indices::mixed, 30 + static_cast<std::uint64_t>(s),
-                true, {ns});
+    if (!small) {
+      check_shape({s, 128, 576, 512, k, 131072}, sparse_mla_indices::random, 20 + static_cast<std::uint64_t>(s),
+                  false, {1, ns});
+    }
+    check_shape({s, 128, 576, 512, k, 131072}, sparse_mla_indices::mixed, 30 + static_cast<std::uint64_t>(s),
+                true, small ? std::initializer_list<index_t>{1, ns} : std::initializer_list<index_t>{ns});
   }
 }
 
 TEST_CASE("cuda sparse_mla_attention: prefill-like, 64 tokens x 128 heads, top-2048") {
   DSA_TEST_REQUIRE_CUDA_DEVICE();
-  check_shape({64, 128, 576, 512, 2048, 8192}, sparse_mla_indices::mixed, 41, false, {1});
-  check_shape({64, 128, 576, 512, 2048, 8192}, sparse_mla_indices::mixed, 42, true, {1, 2});
+  // Under the sanitizers 3 tokens, 40 entries, exact data.
+  const bool small = dsa_test::under_sanitizer();
+  const index_t s = small ? 3 : 64, k = small ? 40 : 2048;
+  if (!small) check_shape({s, 128, 576, 512, k, 8192}, sparse_mla_indices::mixed, 41, false, {1});
+  check_shape({s, 128, 576, 512, k, 8192}, sparse_mla_indices::mixed, 42, true, {1, 2});
 }
 
 TEST_CASE("cuda sparse_mla_attention: strided views leave the padding untouched") {
@@ -230,12 +244,14 @@ TEST_CASE("cuda sparse_mla_attention: strided views leave the padding untouched"
 
 TEST_CASE("cuda sparse_mla_attention: run to run bit-identical, and split counts agree") {
   DSA_TEST_REQUIRE_CUDA_DEVICE();
-  const dsa_test::sparse_mla_inputs in =
-      dsa_test::make_sparse_mla_inputs(2, 128, 576, 512, 2048, 8192, true, sparse_mla_indices::mixed, 61);
+  // Under the sanitizers 100 entries and two split counts.
+  const bool small = dsa_test::under_sanitizer();
+  const dsa_test::sparse_mla_inputs in = dsa_test::make_sparse_mla_inputs(2, 128, 576, 512, small ? 100 : 2048, 8192,
+                                                                          true, sparse_mla_indices::mixed, 61);
   call c;
   c.workspace_overload = true;
   const dsa_test::sparse_mla_result one = cuda_sparse_mla<float>(in, true, c);
-  for (const index_t ns : {2, 5, 16, 64}) {
+  for (const index_t ns : small ? std::vector<index_t>{2, 64} : std::vector<index_t>{2, 5, 16, 64}) {
     CAPTURE(ns);
     c.num_splits = ns;
     const dsa_test::sparse_mla_result a = cuda_sparse_mla<float>(in, true, c);

@@ -24,6 +24,16 @@ inline unsigned grid_blocks(index_t items, index_t per_block) {
   return static_cast<unsigned>(std::clamp<index_t>(blocks, 1, max_grid_blocks));
 }
 
+/// The y extent of a grid (65535 on every GPU): kernels whose row tiles are blockIdx.y loop over the
+/// tiles beyond it.
+inline constexpr index_t max_grid_y = 65535;
+
+/// Blocks along y for `tiles` row tiles: at least 1, at most `cap` (max_grid_y; the tests lower it
+/// so that the kernels' tile loops run on small shapes, under the sanitizers too).
+inline unsigned grid_rows(index_t tiles, index_t cap = max_grid_y) {
+  return static_cast<unsigned>(std::clamp<index_t>(tiles, 1, std::clamp<index_t>(cap, 1, max_grid_y)));
+}
+
 /// Dynamic shared memory a block may opt into on the current device (cudaDevAttrMaxSharedMemoryPerBlockOptin):
 /// 227 KB on sm_90, 163 KB on sm_80, 99 KB on sm_86/sm_89. A host query that neither
 /// synchronises nor enqueues anything, so ops stay capturable in CUDA graphs.

@@ -44,9 +44,56 @@ namespace cuda_detail {
 inline constexpr index_t fp8_linear_decode_rows = 8;
 
 template <class X, class O, int TM, int TN, int RM, int RN>
-void launch_fp8_linear(const cuda_backend& be, const cuda_kernels::fp8_linear_params<X, O>& p) {
-  const dim3 grid(grid_blocks(p.out, TN), static_cast<unsigned>(std::clamp<index_t>((p.t + TM - 1) / TM, 1, 65535)));
+void launch_fp8_linear(const cuda_backend& be, const cuda_kernels::fp8_linear_params<X, O>& p, index_t max_rows) {
+  const dim3 grid(grid_blocks(p.out, TN), grid_rows((p.t + TM - 1) / TM, max_rows));
   cuda_kernels::fp8_linear_kernel<X, O, TM, TN, RM, RN><<<grid, cuda_kernels::fp8_linear_threads, 0, be.stream>>>(p);
+  DSA_CUDA_CHECK_LAUNCH();
+}
+
+/// fp8_linear on checked arguments, with at most `max_rows` blocks along y (grid_rows).
+template <class X, class O>
+void run_fp8_linear(const cuda_backend& be, tensor_view<const X, 2, device_space> x,
+                    tensor_view<const fp8_e4m3, 2, device_space> w, tensor_view<const float, 2, device_space> w_scale,
+                    tensor_view<O, 2, device_space> y, scale_format act_format, index_t max_rows = max_grid_y) {
+  cuda_kernels::fp8_linear_params<X, O> p;
+  p.x = x.data_handle();
+  p.x_row_stride = x.stride(0);
+  p.w = w.data_handle();
+  p.w_row_stride = w.stride(0);
+  p.w_scale = w_scale.data_handle();
+  p.w_scale_row_stride = w_scale.stride(0);
+  p.y = y.data_handle();
+  p.y_row_stride = y.stride(0);
+  p.t = x.extent(0);
+  p.in = x.extent(1);
+  p.out = w.extent(0);
+  p.act_format = act_format;
+  p.w_aligned16 = reinterpret_cast<std::uintptr_t>(p.w) % 16 == 0 && (p.out <= 1 || p.w_row_stride % 16 == 0);
+  if (p.t <= fp8_linear_decode_rows) {
+    launch_fp8_linear<X, O, 4, 256, 4, 1>(be, p, max_rows);
+  } else {
+    launch_fp8_linear<X, O, 32, 64, 2, 4>(be, p, max_rows);
+  }
+}
+
+/// linear's SIMT kernel on checked arguments, with at most `max_rows` blocks along y (grid_rows).
+template <class X, class W, class O>
+void run_linear_simt(const cuda_backend& be, tensor_view<const X, 2, device_space> x,
+                     tensor_view<const W, 2, device_space> w, tensor_view<O, 2, device_space> y,
+                     index_t max_rows = max_grid_y) {
+  cuda_kernels::linear_params<X, W, O> p;
+  p.x = x.data_handle();
+  p.x_row_stride = x.stride(0);
+  p.w = w.data_handle();
+  p.w_row_stride = w.stride(0);
+  p.y = y.data_handle();
+  p.y_row_stride = y.stride(0);
+  p.t = x.extent(0);
+  p.in = x.extent(1);
+  p.out = w.extent(0);
+  constexpr int tile = cuda_kernels::linear_simt_tile;
+  const dim3 grid(grid_blocks(p.out, tile), grid_rows((p.t + tile - 1) / tile, max_rows));
+  cuda_kernels::linear_simt_kernel<X, W, O><<<grid, cuda_kernels::linear_simt_threads, 0, be.stream>>>(p);
   DSA_CUDA_CHECK_LAUNCH();
 }
 
@@ -72,25 +119,7 @@ struct op_impl<cuda_backend, fp8_linear_op> {
   static void run(const cuda_backend& be, tensor_view<const X, 2, device_space> x,
                   tensor_view<const fp8_e4m3, 2, device_space> w, tensor_view<const float, 2, device_space> w_scale,
                   tensor_view<O, 2, device_space> y, scale_format act_format) {
-    cuda_kernels::fp8_linear_params<X, O> p;
-    p.x = x.data_handle();
-    p.x_row_stride = x.stride(0);
-    p.w = w.data_handle();
-    p.w_row_stride = w.stride(0);
-    p.w_scale = w_scale.data_handle();
-    p.w_scale_row_stride = w_scale.stride(0);
-    p.y = y.data_handle();
-    p.y_row_stride = y.stride(0);
-    p.t = x.extent(0);
-    p.in = x.extent(1);
-    p.out = w.extent(0);
-    p.act_format = act_format;
-    p.w_aligned16 = reinterpret_cast<std::uintptr_t>(p.w) % 16 == 0 && (p.out <= 1 || p.w_row_stride % 16 == 0);
-    if (p.t <= cuda_detail::fp8_linear_decode_rows) {
-      cuda_detail::launch_fp8_linear<X, O, 4, 256, 4, 1>(be, p);
-    } else {
-      cuda_detail::launch_fp8_linear<X, O, 32, 64, 2, 4>(be, p);
-    }
+    cuda_detail::run_fp8_linear(be, x, w, w_scale, y, act_format);
   }
 };
 
@@ -130,21 +159,7 @@ struct op_impl<cuda_backend, linear_op> {
       return;
     }
     // The SIMT kernel: every other type combination, unusual strides, and in == 0 (y = 0).
-    cuda_kernels::linear_params<X, W, O> p;
-    p.x = x.data_handle();
-    p.x_row_stride = x.stride(0);
-    p.w = w.data_handle();
-    p.w_row_stride = w.stride(0);
-    p.y = y.data_handle();
-    p.y_row_stride = y.stride(0);
-    p.t = t;
-    p.in = in;
-    p.out = out;
-    constexpr int tile = cuda_kernels::linear_simt_tile;
-    const dim3 grid(cuda_detail::grid_blocks(out, tile),
-                    static_cast<unsigned>(std::clamp<index_t>((t + tile - 1) / tile, 1, 65535)));
-    cuda_kernels::linear_simt_kernel<X, W, O><<<grid, cuda_kernels::linear_simt_threads, 0, be.stream>>>(p);
-    DSA_CUDA_CHECK_LAUNCH();
+    cuda_detail::run_linear_simt(be, x, w, y);
   }
 };
 
