@@ -218,8 +218,8 @@ if has_step sanitize; then
       id="$(run_id "$i")" res="$(result_file "$tool" "$i")"
       log="$out/logs/sanitize_${tool}_${id}.log" start=$SECONDS
       [ "$tool" = memcheck ] && extra+=(--leak-check full)
-      # racecheck's host-side analysis uses every core by default: with san_jobs runs at once, a
-      # share each (--racecheck-num-workers), not san_jobs times the machine.
+      # racecheck analyses on host worker threads whose number it picks itself; with san_jobs runs
+      # at once, each gets its share of the cores (--racecheck-num-workers).
       [ "$tool" = racecheck ] && extra+=(--racecheck-num-workers "$race_workers")
       [ -n "$san_print_limit" ] && extra+=(--print-limit "$san_print_limit")
       # The memory test asks for 2^60 bytes on purpose: its failing cudaMalloc is not a finding.

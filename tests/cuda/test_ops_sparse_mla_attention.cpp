@@ -211,7 +211,8 @@ TEST_CASE("cuda sparse_mla_attention: V3.2 head dims with 16 and 64 heads, bf16 
 TEST_CASE("cuda sparse_mla_attention: V3.2 decode, 128 heads, top-2048 of a 128K cache") {
   DSA_TEST_REQUIRE_CUDA_DEVICE();
   const index_t sms = sm_count();
-  // Under the sanitizers one token, 40 entries (two tiles) of the 128K cache, 4 splits, exact data.
+  // Under the sanitizers one token, 40 entries (two tiles) of the 128K cache, exact data, one split
+  // and 4.
   const bool small = dsa_test::under_sanitizer();
   const index_t k = small ? 40 : 2048;
   for (const index_t s : small ? std::vector<index_t>{1} : std::vector<index_t>{1, 2, 4}) {
