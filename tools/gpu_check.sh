@@ -27,6 +27,7 @@
 #                      with reports left unprinted is not counted as passed
 #   --test-timeout S   per ctest entry limit in seconds (default 600)
 #   --configure-only   stage check + configure, then stop (what CI runs: no GPU needed)
+#   --no-configure     use --build as it is configured (a preset's build, say): no cmake run
 #   --hide-system-prefixes  configure with /usr and /usr/local ignored by every find_package
 #                      (CMAKE_IGNORE_PREFIX_PATH), as on a machine without the -dev packages: CI
 #                      proves with it that --deps alone is enough
@@ -41,7 +42,7 @@ usage() { sed -n '2,/^[^#]/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 2; }
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 deps="" build="$root/build/gpu-check" arch="" jobs="$(nproc 2>/dev/null || echo 2)"
-steps="build,test,validate,bench" sanitize=0 san_timeout=240 san_tools="racecheck,memcheck,initcheck,synccheck" san_only="" san_jobs="" san_per_exe=0 san_deadline=0 san_print_limit="" test_timeout=600 configure_only=0 hide_system=0 out=""
+steps="build,test,validate,bench" sanitize=0 san_timeout=240 san_tools="racecheck,memcheck,initcheck,synccheck" san_only="" san_jobs="" san_per_exe=0 san_deadline=0 san_print_limit="" test_timeout=600 configure_only=0 no_configure=0 hide_system=0 out=""
 while (($#)); do
   case "$1" in
     --deps) deps="$2"; shift 2 ;;
@@ -59,6 +60,7 @@ while (($#)); do
     --sanitize-print-limit) san_print_limit="$2"; shift 2 ;;
     --test-timeout) test_timeout="$2"; shift 2 ;;
     --configure-only) configure_only=1; shift ;;
+    --no-configure) no_configure=1; shift ;;
     --hide-system-prefixes) hide_system=1; shift ;;
     -h|--help) usage ;;
     -*) echo "gpu_check: unknown option $1" >&2; usage ;;
@@ -127,7 +129,12 @@ configure=(cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
   -DDSA_BUILD_EXAMPLES=OFF -DDSA_TEST_AVX512=OFF -DDSA_INSTALL=OFF -DDSA_WERROR=OFF)
 [ -z "$deps" ] || configure+=("-DCMAKE_PREFIX_PATH=$deps")
 ((hide_system)) && configure+=("-DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local")
-run_step configure "${configure[@]}" || { note "result: FAILED at configure"; exit 1; }
+if ((no_configure)); then
+  [ -f "$build/CMakeCache.txt" ] || { echo "gpu_check: --no-configure needs a configured --build ($build has no CMakeCache.txt)" >&2; exit 2; }
+  note "step configure: SKIPPED (--no-configure: $build as it is)"
+else
+  run_step configure "${configure[@]}" || { note "result: FAILED at configure"; exit 1; }
+fi
 if ((configure_only)); then note "result: configured (--configure-only)"; exit 0; fi
 
 if [ -z "$gpu" ]; then
