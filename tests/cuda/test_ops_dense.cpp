@@ -336,16 +336,16 @@ void check_fp8_linear(index_t t, index_t in, index_t out, index_t ldx, index_t l
   dsa::device_buffer<O> dy(t * out, stream.get());
   const dsa::device_view<const X, 2> dxv(dx.data(), {t, in}, {ldx, 1});
   const dsa::device_view<const fp8_e4m3, 2> dwv(dw.data(), {out, in}, {ldw, 1});
-  if constexpr (std::is_same_v<X, bf16> && std::is_same_v<O, bf16>) {
-    if (max_rows > 0) {
-      ops::fp8_linear_grid_rows(stream.backend(), dxv, dwv, dws.view({nbo, nbk}), dy.view({t, out}), fmt, max_rows);
-    } else {
-      ops::fp8_linear(stream.backend(), dxv, dwv, dws.view({nbo, nbk}), dy.view({t, out}), fmt);
+  [&] {
+    if constexpr (std::is_same_v<X, bf16> && std::is_same_v<O, bf16>) {
+      if (max_rows > 0) {
+        return ops::fp8_linear_grid_rows(stream.backend(), dxv, dwv, dws.view({nbo, nbk}), dy.view({t, out}), fmt,
+                                         max_rows);
+      }
     }
-  } else {
     REQUIRE(max_rows == 0);
     ops::fp8_linear(stream.backend(), dxv, dwv, dws.view({nbo, nbk}), dy.view({t, out}), fmt);
-  }
+  }();
   dsa_test::check_bits_equal("y", dsa_test::download(dy, stream.get()), hy);
 }
 

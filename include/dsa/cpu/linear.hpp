@@ -659,9 +659,10 @@ template <unsigned SlowBlocks, int MR, int NB>
 /// may sit in the loop: a run without slow codes (about two thirds of a checkpoint-like weight's
 /// runs: zero and the small subnormals are a few in 10^5 codes) takes one straight loop; any
 /// other run goes range by range, each range a call specialised by which blocks hold slow codes
-/// (more than one block: all take the slow decode). Branching on the flags inside one loop instead, or inlining the ranges, made GCC keep
-/// the accumulators in memory or pick worse code for the common case: measured 12-20% slower at
-/// t = 2..4 on checkpoint-like codes (docs/performance.md, "Eighth pass").
+/// (more than one block: all take the slow decode). Branching on the flags inside one loop
+/// instead, or inlining the ranges, made GCC keep the accumulators in memory or pick worse code
+/// for the common case: measured 12-20% slower at t = 2..4 on checkpoint-like codes
+/// (docs/performance.md, "Eighth pass").
 template <int MR, int NB>
 DSA_FORCEINLINE void packed_gemv_fp32(const packed_fp8_weight& w, index_t g, index_t kb0, const float* DSA_RESTRICT x,
                                       index_t ldx, float* DSA_RESTRICT d) {
