@@ -85,6 +85,7 @@ FAMILIES = {
     "BM_cuda_sparse_mla_decode_fp8": ("sparse_mla_attention decode, FP8 cache", "sparse_mla_decode_fp8"),
     "BM_cuda_sparse_mla_prefill_bf16": ("sparse_mla_attention prefill, bf16 cache", "sparse_mla_prefill"),
     "BM_cuda_linear_bf16_cublas": ("linear bf16 (cuBLAS)", None),
+    "BM_cuda_linear_bf16_simt": ("linear bf16 (dsa's SIMT kernel, fp32 FMA)", None),
     "BM_cuda_fp8_linear": ("fp8_linear (exact, fp64 FMA)", "fp8_linear"),
 }
 

@@ -5,6 +5,7 @@
 //
 //   dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N] [--fp8-dot M]
 //   dsa_validate --model DIR      [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N] [--fp8-dot M]
+//                                 [--cuda-linear cublas|simt]
 //
 // Exit codes: 0 every group (every check) ran and passed; 1 a comparison failed (or the backend
 // failed while running a group); 2 usage, I/O or a malformed file (including a group that lacks a
@@ -54,6 +55,7 @@ constexpr int exit_no_device = 77;  ///< --backend cuda without a GPU: the Autom
 const char* const usage_text =
     "usage: dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N] [--fp8-dot M]\n"
     "       dsa_validate --model DIR      [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N] [--fp8-dot M]\n"
+    "                                     [--cuda-linear cublas|simt]\n"
     "\n"
     "Runs every case group found in FILE (hadamard, hadamard_f32, act_quant, weight_quant, indexer,\n"
     "topk, sparse_mla, kl_dense, kl_sparse) through dsa's ops and compares with the file's expected\n"
@@ -67,6 +69,9 @@ const char* const usage_text =
     "  --threads N          CPU threads, N >= 1 (default: every hardware thread); --backend cpu only\n"
     "  --fp8-dot M          the CPU FP8 linear's block dot: exact (default) or fp32 (the fast mode,\n"
     "                       docs/decisions.md); --backend cpu only\n"
+    "  --cuda-linear P      the CUDA model's dsa::linear: cublas (default) or simt (dsa's own kernel,\n"
+    "                       no cuBLAS: what compute-sanitizer initcheck can follow); --model with\n"
+    "                       --backend cuda only\n"
     "  --dump OUT           write the inputs and the computed outputs, under the expected outputs'\n"
     "                       names, to OUT (a golden-format file; written to a new temporary file\n"
     "                       and renamed onto OUT; OUT may not be an input or a directory)\n"
@@ -82,6 +87,7 @@ struct options {
   std::filesystem::path dump;
   int threads = 0;
   std::optional<dsa::fp8_dot> fp8_dot;  ///< --fp8-dot (else the backend's default)
+  std::string cuda_linear;              ///< --cuda-linear (empty: cublas)
   std::vector<std::filesystem::path> inputs;  ///< every file the run reads (set by run() for --dump)
 };
 
@@ -133,6 +139,11 @@ options parse_args(int argc, char** argv) {
       } else {
         throw usage_error{"--fp8-dot = " + v + "; expected exact or fp32"};
       }
+    } else if (a == "--cuda-linear") {
+      o.cuda_linear = value(i, a);
+      if (o.cuda_linear != "cublas" && o.cuda_linear != "simt") {
+        throw usage_error{"--cuda-linear = " + o.cuda_linear + "; expected cublas or simt"};
+      }
     } else if (a.size() > 1 && a[0] == '-') {
       throw usage_error{"unknown option " + std::string(a)};
     } else if (have_file) {
@@ -154,6 +165,10 @@ options parse_args(int argc, char** argv) {
   if (o.backend == "cuda" && o.fp8_dot) {
     throw usage_error{"--fp8-dot with --backend cuda; it selects the CPU backend's FP8 block dot (drop it, or use "
                       "--backend cpu)"};
+  }
+  if (!o.cuda_linear.empty() && (o.backend != "cuda" || o.model.empty())) {
+    throw usage_error{"--cuda-linear with " + (o.model.empty() ? std::string("a primitives file") : "--backend " + o.backend) +
+                      "; it selects the kernels of dsa::linear in the CUDA model replay (--model DIR --backend cuda)"};
   }
   return o;
 }
@@ -306,9 +321,11 @@ int run_model(const options& o) {
   dsa_validate::model_case_result r;
 #ifdef DSA_VALIDATE_CUDA
   if (o.backend == "cuda") {  // (without DSA_VALIDATE_CUDA, run() has refused --backend cuda)
-    header("cuda (" + dsa_validate::cuda_device_description() + ")");
+    header("cuda (" + dsa_validate::cuda_device_description() + ")" +
+           (o.cuda_linear == "simt" ? ", dsa::linear on dsa's SIMT kernel" : ""));
     try {
-      r = dsa_validate::run_model_case_cuda(dir);
+      r = dsa_validate::run_model_case_cuda(
+          dir, o.cuda_linear == "simt" ? dsa::cuda_linear_path::simt : dsa::cuda_linear_path::cublas);
     } catch (const dsa_validate::backend_error& e) {
       std::cout << padded("model", 20) << "FAIL  " << e.what() << "\n";
       return exit_fail;

@@ -4,6 +4,9 @@
 // and 4096 (prefill: judged by TFLOP/s).
 //  - linear, bf16 x bf16 -> bf16 through cuBLAS (tensor cores): of_peak against the cuBLAS bf16
 //    GEMM probe;
+//  - linear on dsa's SIMT kernel (cuda_linear_path::simt: what initcheck runs, and the path for
+//    results independent of the cuBLAS version), fp32 FMAs on the CUDA cores: of_peak against
+//    the fp32 FMA probe, so the cost of leaving cuBLAS is measured, not guessed;
 //  - fp8_linear, e4m3 weights with 128 x 128 block scales and in-kernel 1 x 128 activation
 //    quantization (DeepSeek's fp8_gemm rounding points), computed exactly with fp64 FMAs on the
 //    CUDA cores: of_peak against the fp64 FMA probe. DeepGEMM's FP8 tensor-core GEMM (1550
@@ -20,8 +23,8 @@ using namespace dsa_bench::cuda;
 
 constexpr index_t kBlock = 128;
 
-// Args: tokens t, in, out.
-void BM_cuda_linear_bf16_cublas(benchmark::State& state) {
+// Args: tokens t, in, out. `path`: cuBLAS (tensor cores) or dsa's SIMT kernel.
+void linear_bf16(benchmark::State& state, dsa::cuda_linear_path path) {
   guarded(state, [&] {
     const index_t t = state.range(0), in = state.range(1), out = state.range(2);
     const dsa::device_buffer<bf16> x = random_buffer<bf16>(t * in, 51, -2.0f, 2.0f);
@@ -30,13 +33,18 @@ void BM_cuda_linear_bf16_cublas(benchmark::State& state) {
     const auto xv = x.view({t, in});
     const auto wv = w.view({out, in});
     const auto yv = y.view({t, out});
-    const cuda_backend be = session::get().backend(/*with_blas=*/true);
+    const bool simt = path == dsa::cuda_linear_path::simt;
+    cuda_backend be = session::get().backend(/*with_blas=*/!simt);
+    be.linear = path;
     const double sec = timed_loop(state, [&] { linear(be, xv, wv, yv); });
     const double flops = 2.0 * static_cast<double>(t) * static_cast<double>(in) * static_cast<double>(out);
     const double bytes = 2.0 * static_cast<double>(out * in + t * in + t * out);
-    set_counters(state, sec, flops, bytes, unit::bf16_tensor);
+    set_counters(state, sec, flops, bytes, simt ? unit::fp32_fma : unit::bf16_tensor);
   });
 }
+
+void BM_cuda_linear_bf16_cublas(benchmark::State& state) { linear_bf16(state, dsa::cuda_linear_path::cublas); }
+void BM_cuda_linear_bf16_simt(benchmark::State& state) { linear_bf16(state, dsa::cuda_linear_path::simt); }
 
 // Args: tokens t, in, out.
 void BM_cuda_fp8_linear(benchmark::State& state) {
@@ -68,6 +76,7 @@ void BM_cuda_fp8_linear(benchmark::State& state) {
       ->Unit(benchmark::kMicrosecond)                                                                \
       ->MinTime(0.1)
 BENCHMARK(BM_cuda_linear_bf16_cublas)->DSA_DENSE_SHAPES;
+BENCHMARK(BM_cuda_linear_bf16_simt)->DSA_DENSE_SHAPES;
 BENCHMARK(BM_cuda_fp8_linear)->DSA_DENSE_SHAPES;
 #undef DSA_DENSE_SHAPES
 

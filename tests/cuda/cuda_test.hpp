@@ -27,7 +27,7 @@ inline bool cuda_device_present() {
 }
 
 /// True when DSA_TEST_UNDER_SANITIZER is set (to anything but "" or "0"), as tools/gpu_check.sh
-/// does for its compute-sanitizer runs. The cases whose V3.2-sized shapes take many minutes under
+/// does for its compute-sanitizer runs (to the tool's name). The cases whose V3.2-sized shapes take many minutes under
 /// racecheck then run smaller shapes that keep their code paths (the same kernel instances,
 /// partial and multiple tiles, several head groups and splits, looped grids); the full shapes run
 /// without the sanitizer (docs/cuda.md, "Tests").
@@ -43,6 +43,23 @@ inline bool under_sanitizer() {
 template <class T>
 T full_or_sanitizer(T full, T reduced) {
   return under_sanitizer() ? reduced : full;
+}
+
+/// True under compute-sanitizer's initcheck: tools/gpu_check.sh sets DSA_TEST_UNDER_SANITIZER to
+/// the tool's name.
+inline bool under_initcheck() {
+  static const bool set = [] {
+    const char* v = std::getenv("DSA_TEST_UNDER_SANITIZER");
+    return v != nullptr && std::string_view(v) == "initcheck";
+  }();
+  return set;
+}
+
+/// The dsa::linear path of the tests' backends: dsa's SIMT kernel under initcheck, which does not
+/// see the stores of cuBLAS's sm_90 GEMMs and reports every later read of their outputs (docs/cuda.md,
+/// "Record of the fourth run"); cuBLAS otherwise, the default users get.
+inline dsa::cuda_linear_path linear_path_for_tests() {
+  return under_initcheck() ? dsa::cuda_linear_path::simt : dsa::cuda_linear_path::cublas;
 }
 
 }  // namespace dsa_test

@@ -17,6 +17,7 @@
 #include "dsa/cuda/backend.hpp"
 #include "dsa/cuda/error.hpp"
 #include "dsa/cuda/memory.hpp"
+#include "cuda/cuda_test.hpp"
 #include "support/nan_bits.hpp"
 
 namespace dsa_test {
@@ -29,7 +30,9 @@ class test_stream {
   test_stream(const test_stream&) = delete;
   test_stream& operator=(const test_stream&) = delete;
   cudaStream_t get() const { return s_; }
-  dsa::cuda_backend backend() const { return dsa::cuda_backend{s_}; }
+  /// A backend on this stream with no cuBLAS handle (the linear tests and the transformer bring
+  /// one) and the linear path of linear_path_for_tests().
+  dsa::cuda_backend backend() const { return dsa::cuda_backend{s_, nullptr, linear_path_for_tests()}; }
 
  private:
   cudaStream_t s_ = nullptr;

@@ -217,11 +217,14 @@ void check_rope(index_t t, index_t heads, index_t width, index_t offset, const d
 // ---- linear --------------------------------------------------------------------------------------
 
 // y = x . w^T with leading dimensions ldx >= in (0: broadcast one row), ldw, ldy, against a double
-// reference and the error bound of the header; and bit-identical on a second run. max_rows > 0
-// calls the SIMT kernel with at most that many blocks along y (its row-tile loop).
+// reference and the error bound of the header; and bit-identical on a second run. `path` picks
+// the backend's linear path (simt: the backend gets no handle). max_rows > 0 calls the SIMT kernel
+// with at most that many blocks along y (its row-tile loop).
 template <class X, class W, class O>
-void check_linear(const dsa::cublas_handle& blas, index_t t, index_t in, index_t out, index_t ldx, index_t ldw,
-                  index_t ldy, std::uint64_t seed, index_t max_rows = 0) {
+void check_linear(const dsa::cublas_handle& blas, dsa::cuda_linear_path path, index_t t, index_t in, index_t out,
+                  index_t ldx, index_t ldw, index_t ldy, std::uint64_t seed, index_t max_rows = 0) {
+  const bool simt_path = path == dsa::cuda_linear_path::simt;
+  CAPTURE(simt_path);
   CAPTURE(t);
   CAPTURE(in);
   CAPTURE(out);
@@ -239,7 +242,7 @@ void check_linear(const dsa::cublas_handle& blas, index_t t, index_t in, index_t
   const std::vector<X> x = random_values<X>(static_cast<std::size_t>(std::max<index_t>(xrows * xld, 1)), seed);
   const std::vector<W> w = random_values<W>(static_cast<std::size_t>(std::max<index_t>(out * ldw, 1)), seed + 1, 0.05f);
   dsa_test::test_stream stream;
-  const dsa::cuda_backend be{stream.get(), blas.get()};
+  const dsa::cuda_backend be{stream.get(), simt_path ? nullptr : blas.get(), path};
   auto dx = dsa_test::upload(x, stream.get());
   auto dw = dsa_test::upload(w, stream.get());
   // y starts as a sentinel, padding included: the padding between rows must come back untouched
@@ -628,15 +631,23 @@ TEST_CASE("cuda linear: cuBLAS and SIMT paths within the fp32 accumulation bound
       {3, 100, 7, 0, 100, 7},               // a broadcast x row (stride 0): the SIMT kernel
       {5, 0, 9, 0, 0, 9},                   // in = 0: y = 0
   };
-  for (const auto& s : shapes) {
-    check_linear<bf16, bf16, bf16>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
-    check_linear<bf16, bf16, float>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
-    check_linear<float, float, float>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
-    check_linear<float, float, bf16>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
-    check_linear<bf16, float, float>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
-    check_linear<bf16, float, bf16>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
-    check_linear<float, bf16, float>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
-    check_linear<float, bf16, bf16>(blas, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+  // The default path (cuBLAS where it has the types, the SIMT kernel elsewhere), and
+  // cuda_linear_path::simt (every combination on the SIMT kernel, no handle). Under initcheck only
+  // the latter: the tool does not see cuBLAS's sm_90 stores (memcheck, racecheck and synccheck
+  // run both).
+  std::vector<dsa::cuda_linear_path> paths{dsa::cuda_linear_path::simt};
+  if (!dsa_test::under_initcheck()) paths.insert(paths.begin(), dsa::cuda_linear_path::cublas);
+  for (const dsa::cuda_linear_path p : paths) {
+    for (const auto& s : shapes) {
+      check_linear<bf16, bf16, bf16>(blas, p, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+      check_linear<bf16, bf16, float>(blas, p, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+      check_linear<float, float, float>(blas, p, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+      check_linear<float, float, bf16>(blas, p, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+      check_linear<bf16, float, float>(blas, p, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+      check_linear<bf16, float, bf16>(blas, p, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+      check_linear<float, bf16, float>(blas, p, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+      check_linear<float, bf16, bf16>(blas, p, s.t, s.in, s.out, s.ldx, s.ldw, s.ldy, ++seed);
+    }
   }
 }
 
@@ -678,12 +689,12 @@ TEST_CASE("cuda linear and fp8_linear: more than 65535 row tiles (grid y clamped
   DSA_TEST_REQUIRE_CUDA_DEVICE();
   dsa::cublas_handle blas;
   check_fp8_linear<bf16, bf16>(7 * 32 + 5, 256, 70, 256, 256, dsa::scale_format::ue8m0, true, 902, 2);
-  check_linear<bf16, float, float>(blas, 5 * 64 + 3, 40, 70, 40, 40, 70, 903, 2);
+  check_linear<bf16, float, float>(blas, dsa::cuda_linear_path::cublas, 5 * 64 + 3, 40, 70, 40, 40, 70, 903, 2);
   if (dsa_test::under_sanitizer()) return;
   const index_t fp8_rows = 65535 * 32 + 40;  // 2,097,160 rows of 128
   check_fp8_linear<bf16, bf16>(fp8_rows, 128, 1, 128, 128, dsa::scale_format::ue8m0, false, 900);
   const index_t simt_rows = 65535 * 64 + 3;  // 4,194,243 rows of 4; mixed types: the SIMT kernel
-  check_linear<bf16, float, float>(blas, simt_rows, 4, 3, 4, 4, 3, 901);
+  check_linear<bf16, float, float>(blas, dsa::cuda_linear_path::cublas, simt_rows, 4, 3, 4, 4, 3, 901);
 }
 
 TEST_CASE("cuda sparse_mha_attention: the CPU's bits but for rare transcendental roundings") {

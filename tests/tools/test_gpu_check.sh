@@ -76,7 +76,11 @@ done
 for kept in model_transformer.03 model_transformer.04 validate_primitives; do
   expect "racecheck runs $kept" grep -q "^step sanitize_racecheck_${kept}: ok" "$report"
 done
-expect "every run sees DSA_TEST_UNDER_SANITIZER=1" bash -c "! grep -v '^[a-z]*|1|' '$log'"
+expect "every run sees DSA_TEST_UNDER_SANITIZER=its tool" bash -c "! grep -vE '^([a-z]+)\|\1\|' '$log'"
+expect "initcheck replays the model on the SIMT linear" bash -c \
+  "grep '^initcheck|.*--model' '$log' | grep -q -- '--cuda-linear simt\$'"
+expect "the other tools replay it on cuBLAS" bash -c \
+  "! grep -E '^(memcheck|synccheck)\|.*--model' '$log' | grep -q -- '--cuda-linear'"
 workers=$(( $(nproc 2>/dev/null || echo 2) / 2 )); ((workers >= 1)) || workers=1
 expect "racecheck gets its share of the host workers" bash -c \
   "grep '^racecheck|' '$log' | grep -qv -- '--racecheck-num-workers $workers' && exit 1 || exit 0"

@@ -251,6 +251,9 @@ TEST_CASE("dsa_validate usage errors exit 2") {
            {{g, "--backend", "cuda", "--threads", "2"}, "--threads = 2 with --backend cuda"},
            {{g, "--fp8-dot", "fast"}, "--fp8-dot = fast; expected exact or fp32"},
            {{g, "--backend", "cuda", "--fp8-dot", "fp32"}, "--fp8-dot with --backend cuda"},
+           {{g, "--cuda-linear", "magma"}, "--cuda-linear = magma; expected cublas or simt"},
+           {{g, "--backend", "cuda", "--cuda-linear", "simt"}, "--cuda-linear with a primitives file"},
+           {{"--model", "m", "--cuda-linear", "cublas"}, "--cuda-linear with --backend cpu"},
            {{g, g}, "more than one input file"},
        }) {
     const auto r = run_tool(dir, args);
@@ -799,11 +802,17 @@ TEST_CASE("dsa_validate --model --backend cuda replays the golden tiny model") {
     return;
   }
   temp_dir dir;
-  const auto r = run_tool(dir, {"--model", tiny_dir.string(), "--backend", "cuda"});
-  CAPTURE(r.output);
-  CHECK(r.exit_code == 0);
-  CHECK(contains(r.output, "model " + tiny_dir.string() + ", backend cuda (device "));
-  CHECK(contains(r.output, "13 checks: 13 passed, 0 failed"));
+  // The default (cuBLAS) and dsa's SIMT kernel for dsa::linear: the same golden criteria.
+  for (const std::vector<std::string>& linear :
+       std::vector<std::vector<std::string>>{{}, {"--cuda-linear", "cublas"}, {"--cuda-linear", "simt"}}) {
+    std::vector<std::string> args{"--model", tiny_dir.string(), "--backend", "cuda"};
+    args.insert(args.end(), linear.begin(), linear.end());
+    const auto r = run_tool(dir, args);
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(contains(r.output, "model " + tiny_dir.string() + ", backend cuda (device "));
+    CHECK(contains(r.output, "13 checks: 13 passed, 0 failed"));
+  }
 }
 
 #endif

@@ -10,6 +10,10 @@
 // (dsa::cublas_handle, dsa/cuda/blas.hpp); every other op ignores it, so `cuda_backend{stream}`
 // stays valid for them. An op that uses the handle binds it to `stream` (cublasSetStream) before
 // each call; as cuBLAS requires, one handle must not be used by two host threads at once.
+// `linear = cuda_linear_path::simt` runs dsa::linear on dsa's own SIMT kernel instead, with no
+// handle: slower, but every store is one that compute-sanitizer's initcheck sees (it misses those
+// of cuBLAS's sm_90 GEMMs and reports every later read of their outputs), and the summation order
+// is dsa's own, independent of the cuBLAS version.
 //
 // Host-only, and plain C++ apart from <cuda_runtime_api.h> and <cublas_v2.h>: g++ compiles it
 // (the op implementations that launch kernels are .cuh and need nvcc).
@@ -24,13 +28,21 @@
 
 DSA_NAMESPACE_BEGIN
 
-/// The CUDA backend: a stream on the current device, and the cuBLAS handle of the ops that call
-/// cuBLAS (null: those ops throw dsa::error; the others never need one).
+/// Which kernels run dsa::linear on the CUDA backend (see the file comment).
+enum class cuda_linear_path : unsigned char {
+  cublas,  ///< cuBLAS where it has the types and strides, dsa's SIMT kernel elsewhere; needs `blas`
+  simt,    ///< dsa's SIMT kernel for every call; `blas` is not used
+};
+
+/// The CUDA backend: a stream on the current device, the cuBLAS handle of the ops that call
+/// cuBLAS (null: those ops throw dsa::error; the others never need one) and the kernels of
+/// dsa::linear.
 struct cuda_backend {
   using memory_space = device_space;
   static constexpr const char* name = "cuda";
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  cuda_linear_path linear = cuda_linear_path::cublas;
 };
 
 static_assert(backend<cuda_backend>);

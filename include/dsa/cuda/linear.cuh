@@ -5,11 +5,13 @@
 // kernel, per tile, with the act_quant numerics, so no workspace is needed.
 //
 // linear: cuBLAS (cublasGemmEx on be.blas, which must be a handle: dsa::cublas_handle) for the
-// type combinations it has, fp32 accumulation and one rounding to the output type:
+// type combinations it has (be.linear == cuda_linear_path::cublas, the default), fp32 accumulation
+// and one rounding to the output type:
 //   bf16 x bf16 -> bf16 or fp32   CUBLAS_COMPUTE_32F (bf16 products are exact in fp32)
 //   fp32 x fp32 -> fp32           CUBLAS_COMPUTE_32F_PEDANTIC (full fp32 products: no TF32)
-// and the SIMT kernel for the rest (a bf16 operand with an fp32 one, fp32 operands into bf16) and
-// for operand strides cuBLAS cannot take (broadcast or reversed rows). Row-major y = x . w^T is,
+// and the SIMT kernel for the rest (a bf16 operand with an fp32 one, fp32 operands into bf16), for
+// operand strides cuBLAS cannot take (broadcast or reversed rows), and for every call with
+// be.linear == cuda_linear_path::simt (no handle needed). Row-major y = x . w^T is,
 // column-major, y^T = w^T' . x^T: cuBLAS gets w with CUBLAS_OP_T and x with CUBLAS_OP_N, the
 // views' row strides as leading dimensions. Before the call the op binds the handle to be.stream
 // and sets host pointer mode and CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (partial sums
@@ -128,6 +130,10 @@ struct op_impl<cuda_backend, linear_op> {
   template <class X, class W, class O>
   static void run(const cuda_backend& be, tensor_view<const X, 2, device_space> x,
                   tensor_view<const W, 2, device_space> w, tensor_view<O, 2, device_space> y) {
+    if (be.linear == cuda_linear_path::simt) {
+      cuda_detail::run_linear_simt(be, x, w, y);
+      return;
+    }
     if (be.blas == nullptr) {
       fail("linear", "backend.blas", "null", "a cuBLAS handle (dsa::cublas_handle) for the CUDA backend");
     }

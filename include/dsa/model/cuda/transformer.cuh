@@ -21,7 +21,7 @@
 //
 // cuBLAS: dsa::linear on the CUDA backend needs cuda_backend::blas. A backend passed in with
 // blas == nullptr gets a handle owned by the transformer (bound to the backend's stream by the
-// linear op).
+// linear op), unless its `linear` is cuda_linear_path::simt (dsa's own kernel, no handle).
 //
 // Numerics versus the host transformer: every op is bit-identical to the CPU backend except
 // where its CUDA implementation documents a tolerance (the fp32 accumulation order of the
@@ -81,7 +81,7 @@ class transformer<cuda_backend> {
   /// them on be.stream; returns once the copies are complete.
   transformer(::dsa::model::weights w, cuda_backend be) : w_(std::move(w)), be_(be) {
     settings_ = checked_layer_settings(w_.config());
-    if (be_.blas == nullptr) {
+    if (be_.blas == nullptr && be_.linear == cuda_linear_path::cublas) {
       blas_ = std::make_unique<cublas_handle>();
       be_.blas = blas_->get();
     }
@@ -100,7 +100,7 @@ class transformer<cuda_backend> {
   /// Their device copy.
   const ::dsa::model::device_weights& device_weights() const { return dw_; }
   /// The backend the forward pass runs on (with the transformer's own cuBLAS handle when the
-  /// backend passed in had none).
+  /// backend passed in had none and its linear path is cuBLAS).
   const cuda_backend& backend() const { return be_; }
   /// Layers run by forward(): num_hidden_layers, or fewer when loaded with num_layers.
   index_t num_layers() const { return static_cast<index_t>(w_.layers.size()); }
