@@ -507,6 +507,12 @@ TEST_CASE("cuda linear: a backend without a cuBLAS handle throws before any CUDA
   auto x0 = dsa_test::fake_device_view<bf16, 2>({0, 7168});
   auto y0 = dsa_test::fake_device_view<bf16, 2>({0, 1536});
   CHECK_NOTHROW(ops::linear(be, x0, w, y0));
+  // A linear path that is neither cuBLAS nor SIMT is named, not taken for one of them.
+  const dsa::cuda_backend odd{nullptr, nullptr, static_cast<dsa::cuda_linear_path>(7)};
+  CHECK_THROWS_WITH_AS(ops::linear(odd, x, w, y),
+                       "dsa::linear: backend.linear = 7; expected cuda_linear_path::cublas (0) or "
+                       "cuda_linear_path::simt (1)",
+                       dsa::error);
 }
 
 TEST_CASE("cuda DSA_CUBLAS_CHECK: message, status and single evaluation (no GPU needed)") {

@@ -134,6 +134,10 @@ struct op_impl<cuda_backend, linear_op> {
       cuda_detail::run_linear_simt(be, x, w, y);
       return;
     }
+    if (be.linear != cuda_linear_path::cublas) {
+      fail("linear", "backend.linear", static_cast<int>(be.linear),
+           "cuda_linear_path::cublas (0) or cuda_linear_path::simt (1)");
+    }
     if (be.blas == nullptr) {
       fail("linear", "backend.blas", "null", "a cuBLAS handle (dsa::cublas_handle) for the CUDA backend");
     }
