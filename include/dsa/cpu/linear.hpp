@@ -556,10 +556,12 @@ DSA_FORCEINLINE void decode_packed_run(const packed_fp8_weight& w, index_t g0, i
 
 #if DSA_LINEAR_AVX512
 /// acc[i] += the products of quad q of a packed block (16 rows x codes 4q..4q+3, at s) with x
-/// row i (xr[i][0..3]: codes 4q..4q+3 of the block), in ascending k, for MR rows. The low bytes
-/// reach the high byte of their word by a byte shift of the 128-bit lanes (port 5), not a word
-/// shift: the two 512-bit ports do all of this loop's work, and shifts can only use port 0
-/// (measured 2-3% faster at t = 2..4).
+/// row i (xr[i][0..3]: codes 4q..4q+3 of the block), in ascending k, for MR rows. The two
+/// 512-bit ports do all of this loop's work and shifts can only use port 0 of them, so the moves
+/// that need no arithmetic use port 5's byte shuffles instead: the low bytes reach the high byte
+/// of their word by a byte shift of the 128-bit lanes (measured 2-3% faster at t = 2..4), and the
+/// low bf16 of each pair reaches the high half of its fp32 lane by a byte shuffle rather than a
+/// dword shift (2.6% at t = 4 in L2, docs/performance.md "Ninth pass").
 template <bool Special, int MR>
 DSA_FORCEINLINE void packed_quad_fp32(const std::uint8_t* s, const float* const* xr, __m512* acc) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
@@ -567,10 +569,10 @@ DSA_FORCEINLINE void packed_quad_fp32(const std::uint8_t* s, const float* const*
   const __m512i quad = _mm512_loadu_si512(static_cast<const void*>(s));
   const __m512i a = decode_high_bytes<Special, true>(_mm512_bslli_epi128(quad, 1));  // codes 4q, 4q + 2
   const __m512i c = decode_high_bytes<Special, true>(quad);                          // codes 4q + 1, 4q + 3
-  // The shifts as vector-extension operations: GCC 12 reports _mm512_slli_epi32's undefined
-  // pass-through operand as uninitialised once this is inlined into the noinline loops below.
-  const __m512 w0 = reinterpret_cast<__m512>(reinterpret_cast<vuint>(a) << 16);
-  const __m512 w1 = reinterpret_cast<__m512>(reinterpret_cast<vuint>(c) << 16);
+  // Each dword's low word moved to its high word, the low word zeroed (control bytes 0x80).
+  const __m512i low_to_high = _mm512_set4_epi32(0x0D0C8080, 0x09088080, 0x05048080, 0x01008080);
+  const __m512 w0 = _mm512_castsi512_ps(_mm512_shuffle_epi8(a, low_to_high));
+  const __m512 w1 = _mm512_castsi512_ps(_mm512_shuffle_epi8(c, low_to_high));
   const __m512 w2 = _mm512_castsi512_ps(_mm512_and_si512(a, high));
   const __m512 w3 = _mm512_castsi512_ps(_mm512_and_si512(c, high));
 #pragma GCC unroll 4
@@ -655,7 +657,7 @@ template <unsigned SlowBlocks, int MR, int NB>
 /// quad is decoded and widened in registers once for all rows (the pair tile is never stored):
 /// the same values in the same order as decode_packed_run followed by gemv_micro<float, MR, 16,
 /// NB>. With MR >= 2 the two 512-bit ports, which every decode operation and FMA needs, are the
-/// bound (4 shifts, 4 bitwise operations, a byte shift and 4 MR FMAs per quad), so nothing else
+/// bound (2 shifts, 4 bitwise operations, 3 byte moves and 4 MR FMAs per quad), so nothing else
 /// may sit in the loop: a run without slow codes (about two thirds of a checkpoint-like weight's
 /// runs: zero and the small subnormals are a few in 10^5 codes) takes one straight loop; any
 /// other run goes range by range, each range a call specialised by which blocks hold slow codes
