@@ -232,9 +232,8 @@ if has_step sanitize; then
       [ -n "$san_print_limit" ] && extra+=(--print-limit "$san_print_limit")
       # The memory test asks for 2^60 bytes on purpose: its failing cudaMalloc is not a finding.
       [[ "$label" == memory* ]] && extra+=(--report-api-errors no)
-      # initcheck does not see the stores of cuBLAS's sm_90 GEMMs, so it would report every read
-      # of their outputs: under it the model replay runs dsa::linear on dsa's SIMT kernel, as the
-      # tests do (linear_path_for_tests()); the other tools check the cuBLAS path.
+      # Under initcheck the model replay runs dsa::linear on dsa's SIMT kernel, as the tests do
+      # (linear_path_for_tests(); cuBLAS's blind spot above); the other tools check cuBLAS too.
       [ "$tool" = initcheck ] && [ "$label" = validate_tiny_model ] && cmd+=(--cuda-linear simt)
       # DSA_TEST_UNDER_SANITIZER=TOOL: the V3.2-sized test cases run smaller shapes with the same
       # code paths (tests/cuda/cuda_test.hpp, under_sanitizer()); the test step ran the full ones.

@@ -26,18 +26,21 @@ inline bool cuda_device_present() {
   return present;
 }
 
-/// True when DSA_TEST_UNDER_SANITIZER is set (to anything but "" or "0"), as tools/gpu_check.sh
-/// does for its compute-sanitizer runs (to the tool's name). The cases whose V3.2-sized shapes take many minutes under
-/// racecheck then run smaller shapes that keep their code paths (the same kernel instances,
-/// partial and multiple tiles, several head groups and splits, looped grids); the full shapes run
-/// without the sanitizer (docs/cuda.md, "Tests").
-inline bool under_sanitizer() {
-  static const bool set = [] {
+/// DSA_TEST_UNDER_SANITIZER: tools/gpu_check.sh sets it to the compute-sanitizer tool of the run
+/// ("racecheck", "memcheck", "initcheck", "synccheck"); "" when unset.
+inline std::string_view sanitizer_tool() {
+  static const std::string_view tool = [] {
     const char* v = std::getenv("DSA_TEST_UNDER_SANITIZER");
-    return v != nullptr && std::string_view(v) != "" && std::string_view(v) != "0";
+    return v == nullptr ? std::string_view() : std::string_view(v);
   }();
-  return set;
+  return tool;
 }
+
+/// True under any sanitizer (DSA_TEST_UNDER_SANITIZER set to anything but "" or "0"). The cases
+/// whose V3.2-sized shapes take many minutes under racecheck then run smaller shapes that keep
+/// their code paths (the same kernel instances, partial and multiple tiles, several head groups
+/// and splits, looped grids); the full shapes run without the sanitizer (docs/cuda.md, "Tests").
+inline bool under_sanitizer() { return sanitizer_tool() != "" && sanitizer_tool() != "0"; }
 
 /// `full` normally, `reduced` under the sanitizers (under_sanitizer()).
 template <class T>
@@ -45,19 +48,12 @@ T full_or_sanitizer(T full, T reduced) {
   return under_sanitizer() ? reduced : full;
 }
 
-/// True under compute-sanitizer's initcheck: tools/gpu_check.sh sets DSA_TEST_UNDER_SANITIZER to
-/// the tool's name.
-inline bool under_initcheck() {
-  static const bool set = [] {
-    const char* v = std::getenv("DSA_TEST_UNDER_SANITIZER");
-    return v != nullptr && std::string_view(v) == "initcheck";
-  }();
-  return set;
-}
+/// True under compute-sanitizer's initcheck.
+inline bool under_initcheck() { return sanitizer_tool() == "initcheck"; }
 
 /// The dsa::linear path of the tests' backends: dsa's SIMT kernel under initcheck, which does not
-/// see the stores of cuBLAS's sm_90 GEMMs and reports every later read of their outputs (docs/cuda.md,
-/// "Record of the fourth run"); cuBLAS otherwise, the default users get.
+/// see the stores of cuBLAS's sm_90 GEMMs and reports every later read of their outputs
+/// (docs/cuda.md, "Record of the fourth run"); cuBLAS otherwise, the default users get.
 inline dsa::cuda_linear_path linear_path_for_tests() {
   return under_initcheck() ? dsa::cuda_linear_path::simt : dsa::cuda_linear_path::cublas;
 }
