@@ -14,7 +14,7 @@
 #   --steps LIST       comma-separated subset of: build,test,validate,bench,sanitize (default:
 #                      build,test,validate,bench; --sanitize adds sanitize)
 #   --sanitize         also run the CUDA tests under compute-sanitizer's four tools
-#   --sanitize-timeout S   per (tool, run) limit in seconds (default 240); a timeout is reported
+#   --sanitize-timeout S   per (tool, run) limit in seconds (default 300); a timeout is reported
 #   --sanitize-tools LIST  subset of racecheck,memcheck,initcheck,synccheck (default: all four)
 #   --sanitize-only RE     only the runs whose name matches RE (validate_primitives,
 #                      validate_tiny_model, the test names: ops_topk, model_transformer, ..., or
@@ -42,7 +42,7 @@ usage() { sed -n '2,/^[^#]/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 2; }
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 deps="" build="$root/build/gpu-check" arch="" jobs="$(nproc 2>/dev/null || echo 2)"
-steps="build,test,validate,bench" sanitize=0 san_timeout=240 san_tools="racecheck,memcheck,initcheck,synccheck" san_only="" san_jobs="" san_per_exe=0 san_deadline=0 san_print_limit="" test_timeout=600 configure_only=0 no_configure=0 hide_system=0 out=""
+steps="build,test,validate,bench" sanitize=0 san_timeout=300 san_tools="racecheck,memcheck,initcheck,synccheck" san_only="" san_jobs="" san_per_exe=0 san_deadline=0 san_print_limit="" test_timeout=600 configure_only=0 no_configure=0 hide_system=0 out=""
 while (($#)); do
   case "$1" in
     --deps) deps="$2"; shift 2 ;;

@@ -51,6 +51,9 @@ T full_or_sanitizer(T full, T reduced) {
 /// True under compute-sanitizer's initcheck.
 inline bool under_initcheck() { return sanitizer_tool() == "initcheck"; }
 
+/// True under compute-sanitizer's racecheck.
+inline bool under_racecheck() { return sanitizer_tool() == "racecheck"; }
+
 /// The dsa::linear path of the tests' backends: dsa's SIMT kernel under initcheck, which does not
 /// see the stores of cuBLAS's sm_90 GEMMs and reports every later read of their outputs
 /// (docs/cuda.md, "Record of the fourth run"); cuBLAS otherwise, the default users get.
