@@ -18,7 +18,8 @@
 #   --sanitize-tools LIST  subset of racecheck,memcheck,initcheck,synccheck (default: all four)
 #   --sanitize-only RE     only the runs whose name matches RE (validate_primitives,
 #                      validate_tiny_model, the test names: ops_topk, model_transformer, ..., or
-#                      a test case: 'ops_dense#.*65535')
+#                      a test case by its label "exe#NN name", NN its number in report.txt's
+#                      sanitize_TOOL_exe.NN: 'ops_dense#.*65535', '^model_transformer#03 ')
 #   --sanitize-jobs N  sanitizer runs at once, sharing the one GPU (default: --jobs)
 #   --sanitize-per-exe one sanitizer run per test executable instead of one per test case
 #   --sanitize-deadline S  start no run after S seconds of the step (runs are listed NOT RUN):
