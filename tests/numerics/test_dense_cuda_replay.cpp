@@ -6,10 +6,12 @@
 // Mirrors: norm_kernel.cuh norm_kernel_detail::combine (xor offsets 1, 2, 4) and the lane sums
 // of rms_norm_kernel / layer_norm_kernel; sparse_mha_attention_kernel.cuh sparse_mha_kernel's
 // row maximum (thread-strided fmaxf, warp butterflies, first used entry) and its entry-order exp
-// sum; linear_kernel.cuh fp8_linear_kernel's per-128-block DFMA dot.
+// sum; linear_kernel.cuh fp8_linear_kernel's per-128-block DFMA dot, and fp8_gemv_kernel's lane
+// layout (dsa/numerics/linear.hpp), pass loop, 8-lane butterflies and ascending promotion.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +20,8 @@
 #include <vector>
 
 #include "dsa/core/types.hpp"
+#include "dsa/numerics/fp8_quant.hpp"
+#include "dsa/cpu/linear.hpp"
 #include "dsa/numerics/linear.hpp"
 #include "dsa/numerics/norm.hpp"
 #include "dsa/numerics/sparse_mha_attention.hpp"
@@ -192,5 +196,132 @@ TEST_CASE("fp8_linear kernel: the block dot is exact in double, so its FMA order
     CHECK(bits_of(static_cast<float>(fwd)) == bits_of(cpu));
     CHECK(bits_of(static_cast<float>(rev)) == bits_of(cpu));
     CHECK(bits_of(static_cast<float>(strided)) == bits_of(cpu));
+  }
+}
+
+// ---- fp8_gemv_kernel (linear_kernel.cuh): the decode GEMV's lane layout -------------------------
+
+TEST_CASE("fp8_gemv kernel: the lane layout covers each pass once, block by block, without bank conflicts") {
+  std::vector<int> seen(static_cast<std::size_t>(dsa::fp8_gemv_pass_blocks * 128), 0);
+  for (int half = 0; half < 2; ++half) {
+    for (int lane = 0; lane < 32; ++lane) {
+      const int k0 = dsa::fp8_gemv_code_offset(lane, half);
+      for (int e = 0; e < 16; ++e) {
+        ++seen[static_cast<std::size_t>(k0 + e)];
+        CHECK((k0 + e) / 128 == dsa::fp8_gemv_block(lane, half));  // a lane's 16 codes lie in its block
+      }
+      CHECK(k0 % 16 == 0);  // 16-byte loads where the row is aligned
+    }
+  }
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+  for (int b = 0; b < dsa::fp8_gemv_pass_blocks; ++b) {
+    // The lane the promotion reads a block's dot from holds that block, and so does its group of 8.
+    const int lane = dsa::fp8_gemv_block_lane(b), half = dsa::fp8_gemv_block_half(b);
+    CHECK(lane % 8 == 0);
+    for (int l = lane; l < lane + 8; ++l) CHECK(dsa::fp8_gemv_block(l, half) == b);
+  }
+  // Step 3 reads code k0 + e of every lane at once: 32 different banks (4-byte words, 32 banks).
+  for (int half = 0; half < 2; ++half) {
+    for (int e = 0; e < 16; ++e) {
+      std::vector<int> banks;
+      for (int lane = 0; lane < 32; ++lane) {
+        banks.push_back(dsa::fp8_gemv_smem_index(dsa::fp8_gemv_code_offset(lane, half) + e) % 32);
+      }
+      std::sort(banks.begin(), banks.end());
+      CHECK(std::adjacent_find(banks.begin(), banks.end()) == banks.end());
+    }
+  }
+  // The shared row holds every index.
+  CHECK(dsa::fp8_gemv_smem_index(dsa::fp8_gemv_pass_blocks * 128 - 1) < dsa::fp8_gemv_smem_row);
+}
+
+namespace {
+
+// A host replay of fp8_gemv_kernel for one output column: the pass loop, the per-group
+// quantization (linear_kernel_detail::quantize_group), the lanes' 16-code DFMA partial dots, the
+// 8-lane butterflies and the ascending promotion from fp8_gemv_block_lane.
+std::vector<float> replay_fp8_gemv(const std::vector<float>& x, index_t t, index_t in, const std::vector<dsa::fp8_e4m3>& w,
+                                   const std::vector<float>& w_scale, index_t c, dsa::scale_format fmt) {
+  const index_t nkb = in / 128;
+  const index_t scale_cols = nkb;
+  std::vector<float> acc(static_cast<std::size_t>(t), 0.0f);
+  for (index_t kb0 = 0; kb0 < nkb; kb0 += dsa::fp8_gemv_pass_blocks) {
+    const int nb = static_cast<int>(std::min<index_t>(dsa::fp8_gemv_pass_blocks, nkb - kb0));
+    // Step 2: quantized activations and scales of the pass.
+    std::vector<std::vector<float>> xs(static_cast<std::size_t>(t), std::vector<float>(dsa::fp8_gemv_pass_blocks * 128, 0.0f));
+    std::vector<std::vector<float>> sx(static_cast<std::size_t>(t), std::vector<float>(dsa::fp8_gemv_pass_blocks, 0.0f));
+    for (index_t r = 0; r < t; ++r) {
+      for (int b = 0; b < nb; ++b) {
+        const float* xg = x.data() + r * in + (kb0 + b) * 128;
+        std::uint32_t m = 0;
+        for (int k = 0; k < 128; ++k) m = std::max(m, dsa::abs_bits(xg[k]));
+        const float s = dsa::act_quant_scale(dsa::detail::bits_float(m), fmt);
+        for (int k = 0; k < 128; ++k) {
+          xs[static_cast<std::size_t>(r)][static_cast<std::size_t>(b * 128 + k)] = dsa::quantize_e4m3(xg[k], s).to_float();
+        }
+        sx[static_cast<std::size_t>(r)][static_cast<std::size_t>(b)] = s;
+      }
+    }
+    for (index_t r = 0; r < t; ++r) {
+      // Step 3: each lane's partial dot per load, then the butterfly within groups of 8 lanes.
+      std::vector<std::vector<double>> part(2, std::vector<double>(32, 0.0));
+      for (int half = 0; half < 2; ++half) {
+        for (int lane = 0; lane < 32; ++lane) {
+          if (dsa::fp8_gemv_block(lane, half) >= nb) continue;  // codes read as 0
+          const int k0 = dsa::fp8_gemv_code_offset(lane, half);
+          double d = 0.0;
+          for (int e = 0; e < 16; ++e) {
+            const double wv = w[static_cast<std::size_t>(c * in + kb0 * 128 + k0 + e)].to_float();
+            d = std::fma(static_cast<double>(xs[static_cast<std::size_t>(r)][static_cast<std::size_t>(k0 + e)]), wv, d);
+          }
+          part[static_cast<std::size_t>(half)][static_cast<std::size_t>(lane)] = d;
+        }
+        for (int g = 0; g < 4; ++g) {
+          const std::vector<double> sums = butterfly8(std::vector<double>(part[static_cast<std::size_t>(half)].begin() + 8 * g,
+                                                                          part[static_cast<std::size_t>(half)].begin() + 8 * g + 8));
+          std::copy(sums.begin(), sums.end(), part[static_cast<std::size_t>(half)].begin() + 8 * g);
+        }
+      }
+      // Step 4: the ascending promotion.
+      for (int b = 0; b < nb; ++b) {
+        const double d = part[static_cast<std::size_t>(dsa::fp8_gemv_block_half(b))][static_cast<std::size_t>(dsa::fp8_gemv_block_lane(b))];
+        const float ws = w_scale[static_cast<std::size_t>((c / 128) * scale_cols + kb0 + b)];
+        acc[static_cast<std::size_t>(r)] = dsa::fp8_linear_accumulate(
+            acc[static_cast<std::size_t>(r)], static_cast<float>(d),
+            dsa::fp8_linear_block_scale(sx[static_cast<std::size_t>(r)][static_cast<std::size_t>(b)], ws));
+      }
+    }
+  }
+  return acc;
+}
+
+}  // namespace
+
+TEST_CASE("fp8_gemv kernel: a replay of its passes, lanes and butterflies gives the CPU's fp8_linear bits") {
+  std::uint64_t seed = 900;
+  // in: one pass, a pass and a half, seven passes (V3.2's 7168), three blocks; t: 1, 4, 8.
+  for (const auto& [t, in, out] : {std::array<index_t, 3>{1, 7168, 5}, {4, 1536, 130}, {8, 384, 3}, {3, 1024, 129}}) {
+    CAPTURE(t);
+    CAPTURE(in);
+    for (const dsa::scale_format fmt : {dsa::scale_format::ue8m0, dsa::scale_format::fp32}) {
+      auto x = dsa_test::normal(static_cast<std::size_t>(t * in), ++seed, 3.0f);
+      x[5] = std::numeric_limits<float>::quiet_NaN();  // a NaN activation group (row 0, block 0)
+      if (in > 256) std::fill(x.begin() + 128, x.begin() + 256, 0.0f);  // an all-zero group
+      std::vector<dsa::fp8_e4m3> w(static_cast<std::size_t>(out * in));
+      std::mt19937 rng(static_cast<std::mt19937::result_type>(++seed));
+      for (auto& code : w) code = dsa::fp8_e4m3::from_bits(static_cast<std::uint8_t>(rng() % 256));
+      const index_t scale_rows = (out + 127) / 128, scale_cols = in / 128;
+      const auto w_scale = dsa_test::uniform(static_cast<std::size_t>(scale_rows * scale_cols), ++seed, 1e-3f, 1e-2f);
+      std::vector<float> y(static_cast<std::size_t>(t * out));
+      dsa::fp8_linear(dsa::cpu_backend{1}, dsa::make_view(x.data(), {t, in}), dsa::make_view(w.data(), {out, in}),
+                      dsa::make_view(w_scale.data(), {scale_rows, scale_cols}), dsa::make_view(y.data(), {t, out}), fmt);
+      for (index_t c = 0; c < out; ++c) {
+        const std::vector<float> rep = replay_fp8_gemv(x, t, in, w, w_scale, c, fmt);
+        for (index_t r = 0; r < t; ++r) {
+          const float cpu = y[static_cast<std::size_t>(r * out + c)], got = rep[static_cast<std::size_t>(r)];
+          CHECK((bits_of(got) == bits_of(cpu) || (std::isnan(got) && std::isnan(cpu))));
+        }
+      }
+    }
   }
 }

@@ -1,8 +1,9 @@
 // CUDA backend of dsa::fp8_linear and dsa::linear (kernels: kernels/linear_kernel.cuh).
 //
-// fp8_linear: the tiled exact kernel, bit-identical to the CPU backend (batch-invariant too: a
-// row's result does not depend on t or on the tiling). The activations are quantized inside the
-// kernel, per tile, with the act_quant numerics, so no workspace is needed.
+// fp8_linear: the exact kernels, bit-identical to the CPU backend (batch-invariant too: a row's
+// result does not depend on t, on the tiling or on the kernel): the decode GEMV for up to 8 rows,
+// the tiled kernel above that. The activations are quantized inside the kernels, per tile or
+// pass, with the act_quant numerics, so no workspace is needed.
 //
 // linear: cuBLAS (cublasGemmEx on be.blas, which must be a handle: dsa::cublas_handle) for the
 // type combinations it has (be.linear == cuda_linear_path::cublas, the default), fp32 accumulation
@@ -42,8 +43,8 @@ DSA_NAMESPACE_BEGIN
 
 namespace cuda_detail {
 
-/// Rows of y up to which fp8_linear uses the decode tile (4 rows x 256 columns).
-inline constexpr index_t fp8_linear_decode_rows = 8;
+/// Rows of y up to which fp8_linear runs the decode GEMV (a warp per output column, every row).
+inline constexpr index_t fp8_linear_decode_rows = cuda_kernels::fp8_gemv_rows;
 
 template <class X, class O, int TM, int TN, int RM, int RN>
 void launch_fp8_linear(const cuda_backend& be, const cuda_kernels::fp8_linear_params<X, O>& p, index_t max_rows) {
@@ -72,7 +73,11 @@ void run_fp8_linear(const cuda_backend& be, tensor_view<const X, 2, device_space
   p.act_format = act_format;
   p.w_aligned16 = reinterpret_cast<std::uintptr_t>(p.w) % 16 == 0 && (p.out <= 1 || p.w_row_stride % 16 == 0);
   if (p.t <= fp8_linear_decode_rows) {
-    launch_fp8_linear<X, O, 4, 256, 4, 1>(be, p, max_rows);
+    // The weights dominate: one warp streams each column, so that 7168 -> 2048 fills 256 blocks.
+    constexpr index_t columns_per_block = cuda_kernels::fp8_gemv_threads / 32;
+    cuda_kernels::fp8_gemv_kernel<X, O>
+        <<<grid_blocks(p.out, columns_per_block), cuda_kernels::fp8_gemv_threads, 0, be.stream>>>(p);
+    DSA_CUDA_CHECK_LAUNCH();
   } else {
     launch_fp8_linear<X, O, 32, 64, 2, 4>(be, p, max_rows);
   }

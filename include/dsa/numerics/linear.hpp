@@ -66,4 +66,22 @@ DSA_HOST_DEVICE DSA_FORCEINLINE float fp8_linear_accumulate(float acc, float dot
   return acc + detail::mul_rn(dot, scale);
 }
 
+/// The lane layout of the CUDA decode GEMV (fp8_gemv_kernel, kernels/linear_kernel.cuh): a warp
+/// computes one output column, a pass at a time over fp8_gemv_pass_blocks k-blocks (1024 codes).
+/// Each lane loads 16 consecutive weight codes twice per pass: load `half` (0 or 1) of lane
+/// `lane` starts at code fp8_gemv_code_offset(lane, half) of the pass and lies in k-block
+/// fp8_gemv_block(lane, half), so lanes 8g .. 8g + 7 hold block g (half 0) and block 4 + g
+/// (half 1), and an 8-lane butterfly gives each of them its block's exact dot. Shared between the
+/// kernel and its host replay (tests/numerics/test_dense_cuda_replay.cpp).
+inline constexpr int fp8_gemv_pass_blocks = 8;
+DSA_HOST_DEVICE constexpr int fp8_gemv_block(int lane, int half) { return 4 * half + lane / 8; }
+DSA_HOST_DEVICE constexpr int fp8_gemv_code_offset(int lane, int half) { return 512 * half + 16 * lane; }
+/// The lane whose butterfly result is block b's dot (b < fp8_gemv_pass_blocks), and its load.
+DSA_HOST_DEVICE constexpr int fp8_gemv_block_lane(int b) { return 8 * (b % 4); }
+DSA_HOST_DEVICE constexpr int fp8_gemv_block_half(int b) { return b / 4; }
+/// Where code k of a pass (0 <= k < 1024) sits in the kernel's shared activation row: one float
+/// skipped after every 16, so that the 32 lanes reading code 16 * lane + e hit 32 different banks.
+DSA_HOST_DEVICE constexpr int fp8_gemv_smem_index(int k) { return k + k / 16; }
+inline constexpr int fp8_gemv_smem_row = fp8_gemv_smem_index(fp8_gemv_pass_blocks * 128);  // 1088 floats
+
 DSA_NAMESPACE_END

@@ -12,8 +12,17 @@
 //      bits), so the dot is the exact one whatever the order, rounded once to fp32 as on the CPU;
 //   4. fp8_linear_block_scale / fp8_linear_accumulate fold it into the fp32 accumulator.
 // Double FMAs are fast on the data-centre parts this targets (H100/H200: ~60 TFLOP/s FP64), so
-// the exact product costs about what a SIMT fp32 GEMM would. Two tile shapes: TM = 4 x TN = 256
-// for decode (t <= 8: the weight stream dominates) and TM = 32 x TN = 64 otherwise.
+// the exact product costs about what a SIMT fp32 GEMM would. One tile shape, TM = 32 x TN = 64,
+// for t > 8.
+//
+// fp8_gemv_kernel: the same numbers for t <= 8 rows (decode), where the weight stream dominates
+// and a tile of 256 columns left a 7168 -> 2048 projection eight blocks (20 GB/s on an H100). A
+// warp computes one output column for every row, a pass of 8 k-blocks (1024 codes) at a time:
+//   1. each lane loads 2 x 16 weight codes (16-byte loads where aligned), issued first;
+//   2. the block quantizes the pass's activation groups into shared memory (a warp per group);
+//   3. each lane takes its 16-code partial dots in double, an 8-lane butterfly sums a block's
+//      (exact: any order gives the exact dot), the lane layout in dsa/numerics/linear.hpp;
+//   4. every lane promotes the pass's block dots in ascending order (fp8_linear_accumulate).
 //
 // linear_simt_kernel: the products cuBLAS has no kernel for (mixed bf16/fp32 operands, fp32
 // operands with a bf16 result) and operands whose strides cuBLAS cannot take (broadcast or
@@ -28,6 +37,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/cuda/arch/fp8.cuh"
 #include "dsa/cuda/arch/warp.cuh"
 #include "dsa/numerics/fp8_quant.hpp"
 #include "dsa/numerics/linear.hpp"
@@ -79,6 +89,25 @@ DSA_DEVICE DSA_FORCEINLINE void load_codes(const fp8_e4m3* src, bool vec, std::u
   }
 }
 
+// One warp's act_quant of a 128-wide activation group (the numerics the CPU applies to the whole
+// row): lane l gets the code values of elements l + 32 i in q; returns the group's scale. Every
+// lane of the warp must call it.
+template <class X>
+DSA_DEVICE DSA_FORCEINLINE float quantize_group(const X* xg, int lane, scale_format format, float (&q)[4]) {
+  std::uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    q[i] = to_float(xg[lane + 32 * i]);
+    const std::uint32_t a = abs_bits(xg[lane + 32 * i]);
+    m = a > m ? a : m;
+  }
+  m = cuda_arch::warp_reduce_max(m);
+  const float s = act_quant_scale(detail::bits_float(m), format);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) q[i] = quantize_e4m3(q[i], s).to_float();
+  return s;
+}
+
 }  // namespace linear_kernel_detail
 
 template <class X, class O, int TM, int TN, int RM, int RN>
@@ -122,21 +151,11 @@ __global__ void __launch_bounds__(fp8_linear_threads) fp8_linear_kernel(const fp
         for (int r = warp; r < TM; r += threads / 32) {
           const index_t row = r0 + r;
           if (row < p.t) {
-            const X* xg = p.x + row * p.x_row_stride + kb * kb_len;
-            float v[kb_len / 32];
-            std::uint32_t m = 0;
+            float q[kb_len / 32];
+            const float s = linear_kernel_detail::quantize_group(p.x + row * p.x_row_stride + kb * kb_len, lane,
+                                                                 p.act_format, q);
 #pragma unroll
-            for (int i = 0; i < kb_len / 32; ++i) {
-              v[i] = to_float(xg[lane + 32 * i]);
-              const std::uint32_t a = abs_bits(xg[lane + 32 * i]);
-              m = a > m ? a : m;
-            }
-            m = cuda_arch::warp_reduce_max(m);
-            const float s = act_quant_scale(detail::bits_float(m), p.act_format);
-#pragma unroll
-            for (int i = 0; i < kb_len / 32; ++i) {
-              xs[r][lane + 32 * i] = static_cast<double>(quantize_e4m3(v[i], s).to_float());
-            }
+            for (int i = 0; i < kb_len / 32; ++i) xs[r][lane + 32 * i] = static_cast<double>(q[i]);
             if (lane == 0) sx[r] = s;
           } else {
 #pragma unroll
@@ -209,6 +228,110 @@ __global__ void __launch_bounds__(fp8_linear_threads) fp8_linear_kernel(const fp
           const index_t c = c0 + tx + tx_n * i;
           if (row < p.t && c < p.out) p.y[row * p.y_row_stride + c] = from_float<O>(acc[j][i]);
         }
+      }
+    }
+  }
+}
+
+/// Threads and rows of fp8_gemv_kernel: 8 warps, one output column each, all of y's (<= 8) rows.
+inline constexpr int fp8_gemv_threads = 256;
+inline constexpr int fp8_gemv_rows = 8;
+
+template <class X, class O>
+__global__ void __launch_bounds__(fp8_gemv_threads) fp8_gemv_kernel(const fp8_linear_params<X, O> p) {
+  constexpr int warps = fp8_gemv_threads / 32;
+  constexpr int kb_len = static_cast<int>(fp8_linear_block);  // 128
+  constexpr int pass_blocks = fp8_gemv_pass_blocks;            // 8 k-blocks, 1024 codes per pass
+  // The pass's quantized activations (fp8_gemv_smem_index: conflict-free reads) and scales.
+  __shared__ float xs[fp8_gemv_rows][fp8_gemv_smem_row];
+  __shared__ float sx[fp8_gemv_rows][pass_blocks];
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int rows = static_cast<int>(p.t);  // <= fp8_gemv_rows (the launcher's condition)
+  const index_t nkb = p.in / kb_len;
+  const index_t col_groups = (p.out + warps - 1) / warps;
+
+  for (index_t cg = blockIdx.x; cg < col_groups; cg += gridDim.x) {
+    const index_t c = cg * warps + warp;
+    const bool col_ok = c < p.out;
+    float acc[fp8_gemv_rows];
+#pragma unroll
+    for (int j = 0; j < fp8_gemv_rows; ++j) acc[j] = 0.0f;
+    for (index_t kb0 = 0; kb0 < nkb; kb0 += pass_blocks) {
+      const int nb = static_cast<int>(nkb - kb0 < pass_blocks ? nkb - kb0 : pass_blocks);
+      // 1. This lane's 2 x 16 weight codes, loaded before the activations are staged so that the
+      //    loads are in flight meanwhile (codes of blocks past the row, or of no column, read 0).
+      uint4 wc[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        wc[half] = make_uint4(0, 0, 0, 0);
+        if (col_ok && fp8_gemv_block(lane, half) < nb) {
+          const fp8_e4m3* src = p.w + c * p.w_row_stride + kb0 * kb_len + fp8_gemv_code_offset(lane, half);
+          if (p.w_aligned16) {
+            wc[half] = *reinterpret_cast<const uint4*>(src);
+          } else {
+            std::uint8_t codes[16];
+            linear_kernel_detail::load_codes<16>(src, false, codes);
+            unsigned words[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int i = 0; i < 16; ++i) words[i / 4] |= static_cast<unsigned>(codes[i]) << (8 * (i % 4));
+            wc[half] = make_uint4(words[0], words[1], words[2], words[3]);
+          }
+        }
+      }
+      __syncthreads();  // the previous pass's xs and sx are no longer read
+      // 2. Quantize the pass's activation groups, a warp per (row, block) (warp-uniform loop).
+      for (int g = warp; g < rows * nb; g += warps) {
+        const int r = g / nb, b = g % nb;
+        float q[kb_len / 32];
+        const float s = linear_kernel_detail::quantize_group(p.x + r * p.x_row_stride + (kb0 + b) * kb_len, lane,
+                                                             p.act_format, q);
+#pragma unroll
+        for (int i = 0; i < kb_len / 32; ++i) xs[r][fp8_gemv_smem_index(b * kb_len + lane + 32 * i)] = q[i];
+        if (lane == 0) sx[r][b] = s;
+      }
+      __syncthreads();
+      // 3. Exact partial dots (16 products per lane and load), then the exact 8-lane sums: the
+      //    block dot is exact in double whatever the order (dsa/numerics/linear.hpp). Lanes of
+      //    blocks past the pass (whole groups of 8) add nothing: their xs is a previous pass's.
+      double part[2][fp8_gemv_rows];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float wv[16];
+        cuda_arch::e4m3x16_to_float(wc[half], wv);
+        const int k0 = fp8_gemv_code_offset(lane, half);
+        const bool live = fp8_gemv_block(lane, half) < nb;
+#pragma unroll
+        for (int j = 0; j < fp8_gemv_rows; ++j) {
+          double d = 0.0;
+          if (j < rows && live) {
+#pragma unroll
+            for (int e = 0; e < 16; ++e) {
+              d = fma(static_cast<double>(xs[j][fp8_gemv_smem_index(k0 + e)]), static_cast<double>(wv[e]), d);
+            }
+          }
+          part[half][j] = cuda_arch::warp_reduce_sum<8>(d);
+        }
+      }
+      // 4. The fp32 promotion in ascending k-block order, as on the CPU; every lane fetches each
+      //    block's dot from the lane that holds it and keeps the same accumulators.
+#pragma unroll
+      for (int b = 0; b < pass_blocks; ++b) {
+        if (b >= nb) break;  // uniform: nb is the block's
+        const float w_scale = col_ok ? p.w_scale[(c / kb_len) * p.w_scale_row_stride + kb0 + b] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < fp8_gemv_rows; ++j) {
+          const double d = __shfl_sync(cuda_arch::full_warp_mask, part[fp8_gemv_block_half(b)][j], fp8_gemv_block_lane(b));
+          if (j < rows) acc[j] = fp8_linear_accumulate(acc[j], static_cast<float>(d), fp8_linear_block_scale(sx[j][b], w_scale));
+        }
+      }
+    }
+    if (col_ok && lane == 0) {
+#pragma unroll
+      for (int j = 0; j < fp8_gemv_rows; ++j) {
+        if (j < rows) p.y[j * p.y_row_stride + c] = from_float<O>(acc[j]);
       }
     }
   }
