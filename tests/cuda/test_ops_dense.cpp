@@ -673,9 +673,10 @@ TEST_CASE("cuda fp8_linear: bit-identical to the CPU") {
   const bool small = dsa_test::under_sanitizer();
   const index_t in_v32 = small ? 384 : 7168;
   const shape shapes[] = {
-      {1, in_v32, small ? 300 : 1536, in_v32, in_v32},  // V3.2 wq_a, decode tile
+      {1, in_v32, small ? 300 : 1536, in_v32, in_v32},  // V3.2 wq_a, decode GEMV
       {4, small ? 256 : 1536, small ? 260 : 3072, small ? 256 : 1536, small ? 256 : 1536},  // wq_b-like
-      {8, 512, 300, 640, 517},                    // decode tile, ragged columns, unaligned weight rows
+      {8, 512, 300, 640, 517},                    // decode GEMV, ragged columns, unaligned weight rows
+      {3, 1152, 13, 1152, 1152},                  // GEMV: a pass of one block after a full one; idle warps
       {9, in_v32, small ? 70 : 576, in_v32, in_v32},  // the first many-row tile: wkv_a
       {small ? 40 : 70, 1024, small ? 70 : 200, 1056, 1024},  // ragged rows and columns, strided x
       {33, 128, 1, 128, 128},                     // one output feature
