@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "dsa/core/types.hpp"
-#include "dsa/numerics/fp8_quant.hpp"
 #include "dsa/cpu/linear.hpp"
+#include "dsa/numerics/fp8_quant.hpp"
 #include "dsa/numerics/linear.hpp"
 #include "dsa/numerics/norm.hpp"
 #include "dsa/numerics/sparse_mha_attention.hpp"
@@ -253,9 +253,7 @@ std::vector<float> replay_fp8_gemv(const std::vector<float>& x, index_t t, index
     for (index_t r = 0; r < t; ++r) {
       for (int b = 0; b < nb; ++b) {
         const float* xg = x.data() + r * in + (kb0 + b) * 128;
-        std::uint32_t m = 0;
-        for (int k = 0; k < 128; ++k) m = std::max(m, dsa::abs_bits(xg[k]));
-        const float s = dsa::act_quant_scale(dsa::detail::bits_float(m), fmt);
+        const float s = dsa::act_quant_scale(dsa::abs_max(xg, 128), fmt);
         for (int k = 0; k < 128; ++k) {
           xs[static_cast<std::size_t>(r)][static_cast<std::size_t>(b * 128 + k)] = dsa::quantize_e4m3(xg[k], s).to_float();
         }
