@@ -1,7 +1,9 @@
 // Lightning indexer scores at DeepSeek-V3.2 shapes (H = 64 heads, d = 128): decode (m = 1) and
 // a prefill block (m = 64) against n = 8K..128K cached keys, dense and paged, on 2 threads and
-// (for the scaling figure) 1, plus the fp32 backward. Baseline: the straightforward scalar triple loop on the same inputs (smallest size
-// only: it is slow). FLOP/s counts the q·k products, 2·m·H·n·d, as every indexer paper does.
+// (for the scaling figure) 1. Baseline: the straightforward scalar triple loop on the same inputs
+// (smallest size only: it is slow). FLOP/s counts the q·k products, 2·m·H·n·d, as every indexer
+// paper does. Also the fp32 backward of training blocks, against the fp32 forward on the same
+// inputs.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -148,34 +150,71 @@ BENCHMARK(BM_lightning_indexer_scalar_baseline)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(0.2);
 
-// fp32 backward (grad_q, grad_w, grad_k) of a short training block; FLOP/s counts the same
-// 2·m·H·n·d as the forward, so the ratio to the forward rate is the backward's cost factor.
+// fp32 training inputs (the indexer's warm-up trains it on bf16/fp32 activations): q, w, k
+// Gaussian, k_scale 1, an upstream gradient on every score.
+struct fp32_problem {
+  index_t m, n;
+  std::vector<float> q, w, k, ks, g;
+  std::vector<std::int32_t> ranges;
+  fp32_problem(index_t m_, index_t n_)
+      : m(m_),
+        n(n_),
+        q(static_cast<std::size_t>(m * kHeads * kDim)),
+        w(static_cast<std::size_t>(m * kHeads)),
+        k(static_cast<std::size_t>(n * kDim)),
+        ks(static_cast<std::size_t>(n), 1.0f),
+        g(static_cast<std::size_t>(m * n)),
+        ranges(full_ranges(m, n)) {
+    std::mt19937_64 rng(5);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto* v : {&q, &w, &k, &g})
+      for (auto& x : *v) x = nd(rng);
+  }
+};
+
+// Args: m, n, threads. FLOP/s counts the same 2·m·H·n·d as the forward, so the ratio of the two
+// rates below (same inputs, same threads) is the backward's cost in forwards: it recomputes the
+// dots twice (once per pass) and adds grad_q and grad_k's multiply-adds where the ReLU is
+// active, about three forwards' worth of arithmetic.
 void BM_lightning_indexer_backward(benchmark::State& state) {
-  const index_t m = state.range(0), n = state.range(1);
-  std::mt19937_64 rng(5);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> q(static_cast<std::size_t>(m * kHeads * kDim)), w(static_cast<std::size_t>(m * kHeads)),
-      k(static_cast<std::size_t>(n * kDim)), ks(static_cast<std::size_t>(n), 1.0f), g(static_cast<std::size_t>(m * n));
-  for (auto* v : {&q, &w, &k, &g})
-    for (auto& x : *v) x = nd(rng);
-  std::vector<float> gq(q.size()), gw(w.size()), gk(k.size());
-  const auto ranges = full_ranges(m, n);
+  const fp32_problem p(state.range(0), state.range(1));
+  const dsa::cpu_backend be{static_cast<int>(state.range(2))};
+  const index_t m = p.m, n = p.n;
+  std::vector<float> gq(p.q.size()), gw(p.w.size()), gk(p.k.size());
   for (auto _ : state) {
-    dsa::lightning_indexer_backward(dsa::cpu, dsa::make_view(q.data(), {m, kHeads, kDim}),
-                                    dsa::make_view(w.data(), {m, kHeads}), dsa::make_view(k.data(), {n, kDim}),
-                                    dsa::make_view(ks.data(), {n}), dsa::make_view(ranges.data(), {m, 2}),
-                                    dsa::make_view(g.data(), {m, n}), dsa::make_view(gq.data(), {m, kHeads, kDim}),
+    dsa::lightning_indexer_backward(be, dsa::make_view(p.q.data(), {m, kHeads, kDim}),
+                                    dsa::make_view(p.w.data(), {m, kHeads}), dsa::make_view(p.k.data(), {n, kDim}),
+                                    dsa::make_view(p.ks.data(), {n}), dsa::make_view(p.ranges.data(), {m, 2}),
+                                    dsa::make_view(p.g.data(), {m, n}), dsa::make_view(gq.data(), {m, kHeads, kDim}),
                                     dsa::make_view(gw.data(), {m, kHeads}), dsa::make_view(gk.data(), {n, kDim}));
     benchmark::DoNotOptimize(gk.data());
     benchmark::ClobberMemory();
   }
   set_counters(state, m, n);
 }
-BENCHMARK(BM_lightning_indexer_backward)
-    ->ArgNames({"m", "n"})
-    ->Args({16, 2048})
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond)
-    ->MinTime(0.2);
+
+// Baseline for the backward: the fp32 forward on the same inputs and threads.
+void BM_lightning_indexer_forward_fp32(benchmark::State& state) {
+  const fp32_problem p(state.range(0), state.range(1));
+  const dsa::cpu_backend be{static_cast<int>(state.range(2))};
+  const index_t m = p.m, n = p.n;
+  std::vector<float> scores(static_cast<std::size_t>(m * n));
+  for (auto _ : state) {
+    dsa::lightning_indexer_scores(be, dsa::make_view(p.q.data(), {m, kHeads, kDim}),
+                                  dsa::make_view(p.w.data(), {m, kHeads}), dsa::make_view(p.k.data(), {n, kDim}),
+                                  dsa::make_view(p.ks.data(), {n}), dsa::make_view(p.ranges.data(), {m, 2}),
+                                  dsa::make_view(scores.data(), {m, n}));
+    benchmark::DoNotOptimize(scores.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, m, n);
+}
+
+void backward_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"m", "n", "threads"})->ArgsProduct({{16, 64}, {2048, 8192}, {1, 2}});
+  b->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
+}
+BENCHMARK(BM_lightning_indexer_forward_fp32)->Apply(backward_args);
+BENCHMARK(BM_lightning_indexer_backward)->Apply(backward_args);
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "dsa/core/types.hpp"
@@ -14,6 +15,7 @@
 #include "dsa/numerics/lightning_indexer.hpp"
 #include "dsa/ops/lightning_indexer.hpp"
 #include "support/lightning_indexer_reference.hpp"
+#include "support/nan_bits.hpp"
 #include "support/random.hpp"
 
 namespace {
@@ -442,6 +444,123 @@ TEST_CASE("lightning_indexer_backward: absent outputs, determinism, zero rows") 
   // Row 3 has an empty range: zero gradient for its q and w.
   for (index_t i = 0; i < f.heads * f.d; ++i) CHECK(all[0][3 * f.heads * f.d + i] == 0.0f);
   for (index_t h = 0; h < f.heads; ++h) CHECK(all[1][3 * f.heads + h] == 0.0f);
+}
+
+namespace {
+
+// a · b + c as the CPU kernels compute it in this build: fused where the target has FMA (GCC
+// contracts the kernels' vector multiply-adds then), else the product rounded first.
+float mad(float a, float b, float c) {
+#if defined(__FP_FAST_FMAF)
+  return std::fma(a, b, c);
+#else
+  return c + a * b;
+#endif
+}
+
+// The backward's order written out as its definition (docs/decisions.md "Backward"): the
+// forward's per-head dots (i ascending from +0); per row, keys ascending, then heads; grad_k per
+// key, rows ascending, then heads.
+std::vector<std::vector<float>> backward_loop_nest(const float_problem& f) {
+  std::vector<float> gq(f.q.size(), 0.0f), gw(f.w.size(), 0.0f), gk(f.k.size(), 0.0f);
+  auto qrow = [&](index_t t, index_t h) { return f.q.data() + (t * f.heads + h) * f.d; };
+  auto dot = [&](const float* a, const float* b) {
+    float acc = 0.0f;
+    for (index_t i = 0; i < f.d; ++i) acc = mad(a[i], b[i], acc);
+    return acc;
+  };
+  for (index_t t = 0; t < f.m; ++t) {
+    for (index_t s = f.ranges[2 * t]; s < f.ranges[2 * t + 1]; ++s) {
+      const float g = f.g[t * f.n + s] * f.ks[s];
+      if (g == 0.0f) continue;
+      const float* kr = f.k.data() + s * f.d;
+      for (index_t h = 0; h < f.heads; ++h) {
+        const float z = dot(qrow(t, h), kr);
+        if (!(z > 0.0f)) continue;
+        gw[t * f.heads + h] = mad(g, z, gw[t * f.heads + h]);
+        const float c = g * f.w[t * f.heads + h];
+        for (index_t i = 0; i < f.d; ++i) gq[(t * f.heads + h) * f.d + i] = mad(c, kr[i], gq[(t * f.heads + h) * f.d + i]);
+      }
+    }
+  }
+  for (index_t s = 0; s < f.n; ++s) {
+    for (index_t t = 0; t < f.m; ++t) {
+      if (s < f.ranges[2 * t] || s >= f.ranges[2 * t + 1]) continue;
+      const float g = f.g[t * f.n + s] * f.ks[s];
+      if (g == 0.0f) continue;
+      for (index_t h = 0; h < f.heads; ++h) {
+        const float z = dot(qrow(t, h), f.k.data() + s * f.d);
+        if (!(z > 0.0f)) continue;
+        const float c = g * f.w[t * f.heads + h];
+        for (index_t i = 0; i < f.d; ++i) gk[s * f.d + i] = mad(c, qrow(t, h)[i], gk[s * f.d + i]);
+      }
+    }
+  }
+  return {gq, gw, gk};
+}
+
+// The first index where a and b differ in bits (both NaN counts as equal), or -1.
+index_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!dsa_test::same_bits_or_both_nan(a[i], b[i])) return static_cast<index_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("lightning_indexer_backward: the bits of its defining loop nest, for any thread count") {
+  // Shapes around the kernel's blocks: heads around the head block (8 with AVX-512), d around
+  // the 16- and 128-wide chunks, keys around the 16-key tiles, ragged and empty ranges, zero
+  // upstream gradients, a NaN and an infinity in the inputs.
+  struct shape {
+    index_t m, heads, d, n;
+  };
+  for (const shape sh : {shape{3, 1, 1, 5}, shape{7, 5, 37, 40}, shape{4, 11, 130, 33}, shape{9, 16, 128, 70},
+                         shape{2, 64, 128, 48}, shape{5, 9, 144, 17}}) {
+    INFO("m = " << sh.m << ", heads = " << sh.heads << ", d = " << sh.d << ", n = " << sh.n);
+    const std::uint64_t seed = static_cast<std::uint64_t>(sh.m * 1000 + sh.heads * 100 + sh.d + sh.n);
+    float_problem f{sh.m, sh.heads, sh.d, sh.n, {}, {}, {}, {}, {}, {}};
+    f.q = dsa_test::normal(static_cast<std::size_t>(f.m * f.heads * f.d), seed);
+    f.w = dsa_test::normal(static_cast<std::size_t>(f.m * f.heads), seed + 1);
+    f.k = dsa_test::normal(static_cast<std::size_t>(f.n * f.d), seed + 2);
+    f.ks = dsa_test::uniform(static_cast<std::size_t>(f.n), seed + 3, 0.5f, 2.0f);
+    f.g = dsa_test::normal(static_cast<std::size_t>(f.m * f.n), seed + 4);
+    std::mt19937_64 rng(seed);
+    for (index_t t = 0; t < f.m; ++t) {
+      const auto a = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(f.n + 1));
+      const auto b = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(f.n + 1));
+      f.ranges.push_back(std::min(a, b));
+      f.ranges.push_back(t == 1 ? std::min(a, b) : std::max(a, b));  // row 1: empty
+    }
+    for (index_t t = 0; t < f.m; ++t) {
+      for (index_t s = 0; s < f.n; ++s) {
+        float& g = f.g[static_cast<std::size_t>(t * f.n + s)];
+        if (s < f.ranges[2 * t] || s >= f.ranges[2 * t + 1]) {
+          g = std::numeric_limits<float>::quiet_NaN();  // never read
+        } else if (rng() % 5 == 0) {
+          g = 0.0f;
+        }
+      }
+    }
+    f.k[static_cast<std::size_t>(f.d * (f.n / 2))] = std::numeric_limits<float>::quiet_NaN();
+    f.q[static_cast<std::size_t>(f.q.size() / 3)] = std::numeric_limits<float>::infinity();
+    const auto expected = backward_loop_nest(f);
+    for (int threads : {1, 2, 3}) {
+      CAPTURE(threads);
+      std::vector<float> gq(f.q.size(), 7.0f), gw(f.w.size(), 7.0f), gk(f.k.size(), 7.0f);
+      dsa::lightning_indexer_backward(
+          dsa::cpu_backend{threads}, dsa::make_view(f.q.data(), {f.m, f.heads, f.d}),
+          dsa::make_view(f.w.data(), {f.m, f.heads}), dsa::make_view(f.k.data(), {f.n, f.d}),
+          dsa::make_view(f.ks.data(), {f.n}), dsa::make_view(f.ranges.data(), {f.m, 2}),
+          dsa::make_view(f.g.data(), {f.m, f.n}), dsa::make_view(gq.data(), {f.m, f.heads, f.d}),
+          dsa::make_view(gw.data(), {f.m, f.heads}), dsa::make_view(gk.data(), {f.n, f.d}));
+      CHECK(first_difference(gq, expected[0]) == -1);
+      CHECK(first_difference(gw, expected[1]) == -1);
+      CHECK(first_difference(gk, expected[2]) == -1);
+    }
+  }
 }
 
 TEST_CASE("lightning_indexer_backward front-end checks") {

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -79,11 +80,11 @@ inline constexpr index_t head_block = 2;
 // auto-vectorisation, guaranteed to vectorise over the keys (never across a sum).
 typedef float tile_vec __attribute__((vector_size(key_tile * sizeof(float))));
 
-// tot[s] += sum over the HB heads of w[h] · ReLU(qf[h] · kt[:, s]); qf is [HB, d] row-major,
-// kt is [d, key_tile] (the transposed key tile).
+// z[hb * key_tile + s] = qf[hb] · kt[:, s] for the HB heads (qf is [HB, d] row-major, kt the
+// transposed key tile [d, key_tile]): each lane sums over i in ascending order from +0.
 template <index_t HB>
-DSA_FORCEINLINE void head_block_scores(const float* DSA_RESTRICT qf, index_t d, const float* DSA_RESTRICT kt,
-                                       const float* DSA_RESTRICT w, float* DSA_RESTRICT tot) {
+DSA_FORCEINLINE void head_block_dots(const float* DSA_RESTRICT qf, index_t d, const float* DSA_RESTRICT kt,
+                                     float* DSA_RESTRICT z) {
   tile_vec acc[HB];
   for (index_t hb = 0; hb < HB; ++hb) acc[hb] = tile_vec{};
   for (index_t i = 0; i < d; ++i) {
@@ -91,16 +92,12 @@ DSA_FORCEINLINE void head_block_scores(const float* DSA_RESTRICT qf, index_t d, 
     std::memcpy(&kv, kt + i * key_tile, sizeof kv);
     for (index_t hb = 0; hb < HB; ++hb) acc[hb] += qf[hb * d + i] * kv;
   }
-  for (index_t hb = 0; hb < HB; ++hb) {
-    float dots[key_tile];
-    std::memcpy(dots, &acc[hb], sizeof dots);
-    for (index_t s = 0; s < key_tile; ++s) tot[s] += detail::mul_rn(w[hb], lightning_indexer_relu(dots[s]));
-  }
+  std::memcpy(z, acc, sizeof acc);
 }
 #else
 template <index_t HB>
-DSA_FORCEINLINE void head_block_scores(const float* DSA_RESTRICT qf, index_t d, const float* DSA_RESTRICT kt,
-                                       const float* DSA_RESTRICT w, float* DSA_RESTRICT tot) {
+DSA_FORCEINLINE void head_block_dots(const float* DSA_RESTRICT qf, index_t d, const float* DSA_RESTRICT kt,
+                                     float* DSA_RESTRICT z) {
   float acc[HB][key_tile];
   for (index_t hb = 0; hb < HB; ++hb) {
     for (index_t s = 0; s < key_tile; ++s) acc[hb][s] = 0.0f;
@@ -112,12 +109,20 @@ DSA_FORCEINLINE void head_block_scores(const float* DSA_RESTRICT qf, index_t d, 
       for (index_t s = 0; s < key_tile; ++s) acc[hb][s] += qv * kr[s];
     }
   }
-  for (index_t hb = 0; hb < HB; ++hb) {
-    const float wv = w[hb];
-    for (index_t s = 0; s < key_tile; ++s) tot[s] += detail::mul_rn(wv, lightning_indexer_relu(acc[hb][s]));
-  }
+  std::memcpy(z, acc, sizeof acc);
 }
 #endif
+
+// tot[s] += sum over the HB heads of w[h] · ReLU(qf[h] · kt[:, s]), heads in ascending order.
+template <index_t HB>
+DSA_FORCEINLINE void head_block_scores(const float* DSA_RESTRICT qf, index_t d, const float* DSA_RESTRICT kt,
+                                       const float* DSA_RESTRICT w, float* DSA_RESTRICT tot) {
+  float dots[HB * key_tile];
+  head_block_dots<HB>(qf, d, kt, dots);
+  for (index_t hb = 0; hb < HB; ++hb) {
+    for (index_t s = 0; s < key_tile; ++s) tot[s] += detail::mul_rn(w[hb], lightning_indexer_relu(dots[hb * key_tile + s]));
+  }
+}
 
 // tot[s] = sum_h w[h] · ReLU(qf[h] · kt[:, s]) for the key_tile keys of the tile, heads in
 // ascending order.
@@ -126,6 +131,13 @@ inline void tile_scores(const float* qf, index_t heads, index_t d, const float* 
   index_t h = 0;
   for (; h + head_block <= heads; h += head_block) head_block_scores<head_block>(qf + h * d, d, kt, w + h, tot);
   for (; h < heads; ++h) head_block_scores<1>(qf + h * d, d, kt, w + h, tot);
+}
+
+// z[h * key_tile + s] = qf[h] · kt[:, s] for every head (qf [heads, d] row-major).
+inline void tile_dots(const float* qf, index_t heads, index_t d, const float* kt, float* z) {
+  index_t h = 0;
+  for (; h + head_block <= heads; h += head_block) head_block_dots<head_block>(qf + h * d, d, kt, z + h * key_tile);
+  for (; h < heads; ++h) head_block_dots<1>(qf + h * d, d, kt, z + h * key_tile);
 }
 
 // Pointer to v(t, h, 0), also when the last extent is 0 (no element is formed; a view without
@@ -369,6 +381,183 @@ void run_scores(const cpu_backend& be, tensor_view<const QT, 3> q, tensor_view<c
       });
 }
 
+// ---- backward ------------------------------------------------------------------------------------
+//
+// The same dots as the forward (keys in vector lanes, each lane summing over i in ascending
+// order), then the chain rule per (row, key, head) in the order the reference loop nest uses:
+// grad_q and grad_w sum keys in ascending order, grad_k sums rows, then heads, in ascending
+// order. The sums over keys or heads run in registers across terms, one output element per lane.
+
+#if defined(__GNUC__)
+// dst[i0, i0 + U key_tile) += c[a] · src[a][same] for a = 0 .. count - 1, in that order, the
+// chunk held in U vectors across the terms.
+template <int U>
+DSA_FORCEINLINE void accumulate_chunk(float* DSA_RESTRICT dst, const float* const* src, const float* c, index_t count,
+                                      index_t i0) {
+  tile_vec acc[U];
+  std::memcpy(acc, dst + i0, sizeof acc);
+  for (index_t a = 0; a < count; ++a) {
+    const float* DSA_RESTRICT x = src[a] + i0;
+    const float ca = c[a];
+    for (int u = 0; u < U; ++u) {
+      tile_vec v;  // one vector at a time: an array of them went through the stack
+      std::memcpy(&v, x + u * key_tile, sizeof v);
+      acc[u] += ca * v;
+    }
+  }
+  std::memcpy(dst + i0, acc, sizeof acc);
+}
+#endif
+
+// dst[i] += c[a] · src[a][i] for a = 0 .. count - 1 in that order, for i in [0, d).
+inline void accumulate_rows(float* DSA_RESTRICT dst, index_t d, const float* const* src, const float* c, index_t count) {
+  if (count == 0) return;
+  index_t i0 = 0;
+#if defined(__GNUC__)
+  for (; i0 + 8 * key_tile <= d; i0 += 8 * key_tile) accumulate_chunk<8>(dst, src, c, count, i0);
+  for (; i0 + key_tile <= d; i0 += key_tile) accumulate_chunk<1>(dst, src, c, count, i0);
+#endif
+  for (; i0 < d; ++i0) {
+    float acc = dst[i0];
+    for (index_t a = 0; a < count; ++a) acc += c[a] * src[a][i0];
+    dst[i0] = acc;
+  }
+}
+
+// q(t, ., .) as [heads, d] row-major: the view itself where its heads are d apart, else a copy
+// in `copy`.
+inline const float* query_rows(const tensor_view<const float, 3>& q, index_t t, std::vector<float>& copy) {
+  const index_t heads = q.extent(1), d = q.extent(2);
+  if (heads <= 1 || q.stride(1) == d) return head_row(q, t, 0);
+  for (index_t h = 0; h < heads; ++h) decode_row(head_row(q, t, h), d, copy.data() + h * d);
+  return copy.data();
+}
+
+// kt [d, key_tile]: keys [p, p + count) of k transposed, zero past count.
+inline void key_tile_of(const tensor_view<const float, 2>& k, index_t p, index_t count, float* rows, float* kt) {
+  const index_t d = k.extent(1);
+  for (index_t j = 0; j < count; ++j) decode_row(k.row(p + j), d, rows + j * d);
+  std::fill(rows + count * d, rows + key_tile * d, 0.0f);
+  transpose_tile(rows, d, kt);
+}
+
+struct backward_scratch {
+  std::vector<float> qf, rows, kt, z, coef;  // coef, src: the terms of one accumulate_rows
+  std::vector<const float*> src;
+  backward_scratch(index_t heads, index_t d)
+      : qf(static_cast<std::size_t>(heads * d)),
+        rows(static_cast<std::size_t>(key_tile * d)),
+        kt(static_cast<std::size_t>(d * key_tile)),
+        z(static_cast<std::size_t>(heads * key_tile)),
+        coef(static_cast<std::size_t>(std::max(heads, key_tile))),
+        src(coef.size()) {}
+};
+
+// grad_q and grad_w (either may be absent), split over query rows.
+inline void backward_queries(const cpu_backend& be, tensor_view<const float, 3> q, tensor_view<const float, 2> w,
+                             tensor_view<const float, 2> k, tensor_view<const float, 1> k_scale,
+                             tensor_view<const std::int32_t, 2> ranges, tensor_view<const float, 2> grad_scores,
+                             tensor_view<float, 3> grad_q, tensor_view<float, 2> grad_w) {
+  const index_t m = q.extent(0), heads = q.extent(1), d = q.extent(2);
+  parallel_for(be, m, 1, [&](index_t t0, index_t t1) {
+    backward_scratch sc(heads, d);
+    std::vector<float> gq(static_cast<std::size_t>(heads * d)), gw(static_cast<std::size_t>(heads));
+    for (index_t t = t0; t < t1; ++t) {
+      std::fill(gq.begin(), gq.end(), 0.0f);
+      std::fill(gw.begin(), gw.end(), 0.0f);
+      const float* qf = query_rows(q, t, sc.qf);
+      const index_t r1 = ranges(t, 1);
+      for (index_t p = ranges(t, 0); p < r1; p += key_tile) {
+        const index_t count = std::min(key_tile, r1 - p);
+        float g[key_tile] = {};  // zero past count: those lanes never count
+        bool any = false;
+        for (index_t j = 0; j < count; ++j) {
+          g[j] = grad_scores(t, p + j) * k_scale(p + j);
+          any = any || g[j] != 0.0f;
+        }
+        if (!any) continue;
+        key_tile_of(k, p, count, sc.rows.data(), sc.kt.data());
+        tile_dots(qf, heads, d, sc.kt.data(), sc.z.data());
+        const float* krow[key_tile];
+        for (index_t j = 0; j < count; ++j) krow[j] = k.row(p + j);
+        for (index_t h = 0; h < heads; ++h) {
+          // The keys that count, as a bit mask built without branches (about half the ReLUs
+          // are active, so a branch per key mispredicted half the time), then walked in
+          // ascending order.
+          const float* z = sc.z.data() + h * key_tile;
+          std::uint32_t on = 0;
+          for (index_t j = 0; j < key_tile; ++j) {
+            on |= static_cast<std::uint32_t>((g[j] != 0.0f) & lightning_indexer_relu_active(z[j])) << j;
+          }
+          const float wh = w(t, h);
+          float gwh = gw[static_cast<std::size_t>(h)];  // in a register: through memory, each
+          std::size_t terms = 0;                         // term waited on a store forwarding
+          for (; on != 0; on &= on - 1) {
+            const int j = std::countr_zero(on);
+            gwh += g[j] * z[j];
+            sc.coef[terms] = g[j] * wh;
+            sc.src[terms++] = krow[j];
+          }
+          gw[static_cast<std::size_t>(h)] = gwh;
+          accumulate_rows(gq.data() + h * d, d, sc.src.data(), sc.coef.data(), static_cast<index_t>(terms));
+        }
+      }
+      if (!grad_q.is_absent()) {
+        for (index_t h = 0; h < heads; ++h) std::copy_n(gq.data() + h * d, d, head_row(grad_q, t, h));
+      }
+      if (!grad_w.is_absent()) std::copy_n(gw.data(), heads, grad_w.row(t));
+    }
+  });
+}
+
+// grad_k, split over tiles of key_tile keys.
+inline void backward_keys(const cpu_backend& be, tensor_view<const float, 3> q, tensor_view<const float, 2> w,
+                          tensor_view<const float, 2> k, tensor_view<const float, 1> k_scale,
+                          tensor_view<const std::int32_t, 2> ranges, tensor_view<const float, 2> grad_scores,
+                          tensor_view<float, 2> grad_k) {
+  const index_t m = q.extent(0), heads = q.extent(1), d = q.extent(2), n = k.extent(0);
+  parallel_for(be, (n + key_tile - 1) / key_tile, 1, [&](index_t b0, index_t b1) {
+    backward_scratch sc(heads, d);
+    for (index_t b = b0; b < b1; ++b) {
+      const index_t p = b * key_tile, count = std::min(key_tile, n - p);
+      for (index_t j = 0; j < count; ++j) std::fill_n(grad_k.row(p + j), d, 0.0f);
+      key_tile_of(k, p, count, sc.rows.data(), sc.kt.data());
+      for (index_t t = 0; t < m; ++t) {
+        const index_t lo = std::max<index_t>(p, ranges(t, 0)) - p;
+        const index_t hi = std::min<index_t>(p + count, ranges(t, 1)) - p;
+        if (lo >= hi) continue;
+        float g[key_tile];
+        bool any = false;
+        for (index_t j = lo; j < hi; ++j) {
+          g[j] = grad_scores(t, p + j) * k_scale(p + j);
+          any = any || g[j] != 0.0f;
+        }
+        if (!any) continue;
+        const float* qf = query_rows(q, t, sc.qf);
+        tile_dots(qf, heads, d, sc.kt.data(), sc.z.data());
+        for (index_t j = lo; j < hi; ++j) {
+          if (g[j] == 0.0f) continue;
+          // The heads that count, 64 at a time as a bit mask (as in backward_queries).
+          std::size_t terms = 0;
+          for (index_t h0 = 0; h0 < heads; h0 += 64) {
+            const index_t hn = std::min<index_t>(64, heads - h0);
+            std::uint64_t on = 0;
+            for (index_t h = 0; h < hn; ++h) {
+              on |= static_cast<std::uint64_t>(lightning_indexer_relu_active(sc.z[static_cast<std::size_t>((h0 + h) * key_tile + j)])) << h;
+            }
+            for (; on != 0; on &= on - 1) {
+              const index_t h = h0 + std::countr_zero(on);
+              sc.coef[terms] = g[j] * w(t, h);
+              sc.src[terms++] = qf + h * d;
+            }
+          }
+          accumulate_rows(grad_k.row(p + j), d, sc.src.data(), sc.coef.data(), static_cast<index_t>(terms));
+        }
+      }
+    }
+  });
+}
+
 }  // namespace indexer
 }  // namespace cpu_detail
 
@@ -397,62 +586,15 @@ struct op_impl<cpu_backend, lightning_indexer_scores_paged_op> {
 template <>
 struct op_impl<cpu_backend, lightning_indexer_backward_op> {
   // Two passes, each split over the index its outputs are written by, so that no reduction
-  // crosses threads: grad_q and grad_w over query rows (summing keys in ascending order),
-  // grad_k over keys (summing rows, then heads, in ascending order).
+  // crosses threads: grad_q and grad_w over query rows, grad_k over keys.
   static void run(const cpu_backend& be, tensor_view<const float, 3> q, tensor_view<const float, 2> w,
                   tensor_view<const float, 2> k, tensor_view<const float, 1> k_scale,
                   tensor_view<const std::int32_t, 2> ranges, tensor_view<const float, 2> grad_scores,
                   tensor_view<float, 3> grad_q, tensor_view<float, 2> grad_w, tensor_view<float, 2> grad_k) {
-    const index_t m = q.extent(0), heads = q.extent(1), d = q.extent(2), n = k.extent(0);
     if (!grad_q.is_absent() || !grad_w.is_absent()) {
-      cpu_detail::parallel_for(be, m, 1, [&](index_t t0, index_t t1) {
-        std::vector<float> gq(static_cast<std::size_t>(heads * d)), gw(static_cast<std::size_t>(heads));
-        for (index_t t = t0; t < t1; ++t) {
-          std::fill(gq.begin(), gq.end(), 0.0f);
-          std::fill(gw.begin(), gw.end(), 0.0f);
-          for (index_t s = ranges(t, 0); s < ranges(t, 1); ++s) {
-            const float g = grad_scores(t, s) * k_scale(s);
-            if (g == 0.0f) continue;
-            const float* kr = k.row(s);
-            for (index_t h = 0; h < heads; ++h) {
-              const float* qr = cpu_detail::indexer::head_row(q, t, h);
-              const float z = lightning_indexer_dot(qr, kr, d);
-              if (!lightning_indexer_relu_active(z)) continue;
-              gw[static_cast<std::size_t>(h)] += g * z;
-              const float c = g * w(t, h);
-              float* DSA_RESTRICT acc = gq.data() + h * d;
-              for (index_t i = 0; i < d; ++i) acc[i] += c * kr[i];
-            }
-          }
-          if (!grad_q.is_absent()) {
-            for (index_t h = 0; h < heads; ++h) std::copy_n(gq.data() + h * d, d, cpu_detail::indexer::head_row(grad_q, t, h));
-          }
-          if (!grad_w.is_absent()) std::copy_n(gw.data(), heads, grad_w.row(t));
-        }
-      });
+      cpu_detail::indexer::backward_queries(be, q, w, k, k_scale, ranges, grad_scores, grad_q, grad_w);
     }
-    if (!grad_k.is_absent()) {
-      cpu_detail::parallel_for(be, n, 16, [&](index_t s0, index_t s1) {
-        std::vector<float> gk(static_cast<std::size_t>(d));
-        for (index_t s = s0; s < s1; ++s) {
-          std::fill(gk.begin(), gk.end(), 0.0f);
-          const float* kr = k.row(s);
-          for (index_t t = 0; t < m; ++t) {
-            if (s < ranges(t, 0) || s >= ranges(t, 1)) continue;
-            const float g = grad_scores(t, s) * k_scale(s);
-            if (g == 0.0f) continue;
-            for (index_t h = 0; h < heads; ++h) {
-              const float* qr = cpu_detail::indexer::head_row(q, t, h);
-              const float z = lightning_indexer_dot(qr, kr, d);
-              if (!lightning_indexer_relu_active(z)) continue;
-              const float c = g * w(t, h);
-              for (index_t i = 0; i < d; ++i) gk[static_cast<std::size_t>(i)] += c * qr[i];
-            }
-          }
-          std::copy_n(gk.data(), d, grad_k.row(s));
-        }
-      });
-    }
+    if (!grad_k.is_absent()) cpu_detail::indexer::backward_keys(be, q, w, k, k_scale, ranges, grad_scores, grad_k);
   }
 };
 
