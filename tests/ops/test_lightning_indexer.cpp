@@ -12,6 +12,7 @@
 
 #include "dsa/core/types.hpp"
 #include "dsa/cpu/lightning_indexer.hpp"
+#include "dsa/numerics/fp32_ops.hpp"
 #include "dsa/numerics/lightning_indexer.hpp"
 #include "dsa/ops/lightning_indexer.hpp"
 #include "support/lightning_indexer_reference.hpp"
@@ -448,25 +449,15 @@ TEST_CASE("lightning_indexer_backward: absent outputs, determinism, zero rows") 
 
 namespace {
 
-// a · b + c as the CPU kernels compute it in this build: fused where the target has FMA (GCC
-// contracts the kernels' vector multiply-adds then), else the product rounded first.
-float mad(float a, float b, float c) {
-#if defined(__FP_FAST_FMAF)
-  return std::fma(a, b, c);
-#else
-  return c + a * b;
-#endif
-}
-
 // The backward's order written out as its definition (docs/decisions.md "Backward"): the
 // forward's per-head dots (i ascending from +0); per row, keys ascending, then heads; grad_k per
-// key, rows ascending, then heads.
+// key, rows ascending, then heads; every multiply-add rounded as dsa::detail::fma_if_fast.
 std::vector<std::vector<float>> backward_loop_nest(const float_problem& f) {
   std::vector<float> gq(f.q.size(), 0.0f), gw(f.w.size(), 0.0f), gk(f.k.size(), 0.0f);
   auto qrow = [&](index_t t, index_t h) { return f.q.data() + (t * f.heads + h) * f.d; };
   auto dot = [&](const float* a, const float* b) {
     float acc = 0.0f;
-    for (index_t i = 0; i < f.d; ++i) acc = mad(a[i], b[i], acc);
+    for (index_t i = 0; i < f.d; ++i) acc = dsa::detail::fma_if_fast(a[i], b[i], acc);
     return acc;
   };
   for (index_t t = 0; t < f.m; ++t) {
@@ -477,9 +468,9 @@ std::vector<std::vector<float>> backward_loop_nest(const float_problem& f) {
       for (index_t h = 0; h < f.heads; ++h) {
         const float z = dot(qrow(t, h), kr);
         if (!(z > 0.0f)) continue;
-        gw[t * f.heads + h] = mad(g, z, gw[t * f.heads + h]);
+        gw[t * f.heads + h] = dsa::detail::fma_if_fast(g, z, gw[t * f.heads + h]);
         const float c = g * f.w[t * f.heads + h];
-        for (index_t i = 0; i < f.d; ++i) gq[(t * f.heads + h) * f.d + i] = mad(c, kr[i], gq[(t * f.heads + h) * f.d + i]);
+        for (index_t i = 0; i < f.d; ++i) gq[(t * f.heads + h) * f.d + i] = dsa::detail::fma_if_fast(c, kr[i], gq[(t * f.heads + h) * f.d + i]);
       }
     }
   }
@@ -492,7 +483,7 @@ std::vector<std::vector<float>> backward_loop_nest(const float_problem& f) {
         const float z = dot(qrow(t, h), f.k.data() + s * f.d);
         if (!(z > 0.0f)) continue;
         const float c = g * f.w[t * f.heads + h];
-        for (index_t i = 0; i < f.d; ++i) gk[s * f.d + i] = mad(c, qrow(t, h)[i], gk[s * f.d + i]);
+        for (index_t i = 0; i < f.d; ++i) gk[s * f.d + i] = dsa::detail::fma_if_fast(c, qrow(t, h)[i], gk[s * f.d + i]);
       }
     }
   }

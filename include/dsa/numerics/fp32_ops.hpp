@@ -31,6 +31,19 @@ DSA_HOST_DEVICE DSA_FORCEINLINE float mul_rn(float a, float b) {
 #endif
 }
 
+/// a * b + c, rounded once where the target has FMA (always on the device), else the product
+/// rounded first: the same bits at every optimisation level, where a plain `c + a * b` is fused
+/// by g++ only from -O2 (its contraction pass) and so rounds differently in -O1 builds.
+DSA_HOST_DEVICE DSA_FORCEINLINE float fma_if_fast(float a, float b, float c) {
+#if DSA_DEVICE_COMPILE
+  return __fmaf_rn(a, b, c);
+#elif defined(__FMA__) || defined(__FP_FAST_FMAF) || defined(__aarch64__)
+  return std::fma(a, b, c);
+#else
+  return c + mul_rn(a, b);
+#endif
+}
+
 /// IEEE fp32 square root (correctly rounded also under nvcc -use_fast_math).
 DSA_HOST_DEVICE DSA_FORCEINLINE float sqrt_rn(float a) {
 #if DSA_DEVICE_COMPILE
