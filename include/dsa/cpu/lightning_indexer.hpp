@@ -150,7 +150,8 @@ inline void tile_scores(const float* qf, index_t heads, index_t d, const float* 
   for (; h < heads; ++h) head_block_scores<1>(qf + h * d, d, kt, w + h, tot);
 }
 
-// z[h * key_tile + s] = qf[h] · kt[:, s] for every head (qf [heads, d] row-major).
+// z[h * key_tile + s] = qf[h] · kt[:, s] for every head (qf [heads, d] row-major). Out of line:
+// inlined into the backward's loops, GCC stored the accumulators on every step.
 [[gnu::noinline]] inline void tile_dots(const float* qf, index_t heads, index_t d, const float* kt, float* z) {
   index_t h = 0;
   for (; h + head_block <= heads; h += head_block) head_block_dots<head_block>(qf + h * d, d, kt, z + h * key_tile);
@@ -407,10 +408,11 @@ void run_scores(const cpu_backend& be, tensor_view<const QT, 3> q, tensor_view<c
 
 #if defined(__GNUC__)
 // dst[i0, i0 + U key_tile) += c[a] · src[a][same] for a = 0 .. count - 1, in that order, the
-// chunk held in U vectors across the terms.
+// chunk held in U vectors across the terms. Out of line, as tile_dots: inlined into the
+// backward's loops, GCC stored the accumulators on every term.
 template <int U>
-[[gnu::noinline]] inline void accumulate_chunk(float* DSA_RESTRICT dst, const float* const* src, const float* c, index_t count,
-                                      index_t i0) {
+[[gnu::noinline]] inline void accumulate_chunk(float* DSA_RESTRICT dst, const float* const* src, const float* c,
+                                               index_t count, index_t i0) {
   tile_vec acc[U];
   std::memcpy(acc, dst + i0, sizeof acc);
   for (index_t a = 0; a < count; ++a) {
@@ -506,9 +508,10 @@ inline void backward_queries(const cpu_backend& be, tensor_view<const float, 3> 
           for (index_t j = 0; j < key_tile; ++j) {
             on |= static_cast<std::uint32_t>((g[j] != 0.0f) & lightning_indexer_relu_active(z[j])) << j;
           }
+          // grad_w's sum in a register: through memory each term waited on a store forwarding.
           const float wh = w(t, h);
-          float gwh = gw[static_cast<std::size_t>(h)];  // in a register: through memory, each
-          std::size_t terms = 0;                         // term waited on a store forwarding
+          float gwh = gw[static_cast<std::size_t>(h)];
+          std::size_t terms = 0;
           for (; on != 0; on &= on - 1) {
             const int j = std::countr_zero(on);
             gwh = detail::fma_if_fast(g[j], z[j], gwh);
