@@ -90,8 +90,8 @@ DSA_FORCEINLINE void fma_lanes(tile_vec& acc, float a, const tile_vec& kv) {
   // the accumulator arrays in memory (a store per multiply-add, the backward 40% slower).
   const tile_vec av = {a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a};
   acc = __builtin_ia32_vfmaddps512_mask(av, kv, acc, static_cast<__mmask16>(-1), _MM_FROUND_CUR_DIRECTION);
-#elif defined(__FMA__) || defined(__FP_FAST_FMAF) || defined(__aarch64__)
-  for (index_t s = 0; s < key_tile; ++s) acc[s] = std::fma(a, kv[s], acc[s]);
+#elif DSA_HOST_HAS_FMA
+  for (index_t s = 0; s < key_tile; ++s) acc[s] = detail::fma_if_fast(a, kv[s], acc[s]);
 #else
   acc += a * kv;
 #endif
@@ -452,17 +452,22 @@ inline const float* query_rows(const tensor_view<const float, 3>& q, index_t t, 
   return copy.data();
 }
 
-// kt [d, key_tile]: keys [p, p + count) of k transposed, zero past count.
-inline void key_tile_of(const tensor_view<const float, 2>& k, index_t p, index_t count, float* rows, float* kt) {
-  const index_t d = k.extent(1);
-  for (index_t j = 0; j < count; ++j) decode_row(k.row(p + j), d, rows + j * d);
-  std::fill(rows + count * d, rows + key_tile * d, 0.0f);
-  transpose_tile(rows, d, kt);
+// g[j] = grad_scores(t, p + j) · k_scale(p + j), the upstream gradient of key p + j's score, for
+// j in [lo, hi); whether any of them is nonzero (else the keys carry no gradient for row t).
+inline bool upstream_gradients(const tensor_view<const float, 2>& grad_scores, const tensor_view<const float, 1>& k_scale,
+                               index_t t, index_t p, index_t lo, index_t hi, float* g) {
+  bool any = false;
+  for (index_t j = lo; j < hi; ++j) {
+    g[j] = grad_scores(t, p + j) * k_scale(p + j);
+    any = any || g[j] != 0.0f;
+  }
+  return any;
 }
 
 struct backward_scratch {
   std::vector<float> qf, rows, kt, z, coef;  // coef, src: the terms of one accumulate_rows
   std::vector<const float*> src;
+  float scale[key_tile];  // load_tile's key scales (the gradients take k_scale themselves)
   backward_scratch(index_t heads, index_t d)
       : qf(static_cast<std::size_t>(heads * d)),
         rows(static_cast<std::size_t>(key_tile * d)),
@@ -478,6 +483,7 @@ inline void backward_queries(const cpu_backend& be, tensor_view<const float, 3> 
                              tensor_view<const std::int32_t, 2> ranges, tensor_view<const float, 2> grad_scores,
                              tensor_view<float, 3> grad_q, tensor_view<float, 2> grad_w) {
   const index_t m = q.extent(0), heads = q.extent(1), d = q.extent(2);
+  const dense_keys<float> keys{k, k_scale};  // the forward's key tiles (zero past a tile's keys)
   parallel_for(be, m, 1, [&](index_t t0, index_t t1) {
     backward_scratch sc(heads, d);
     std::vector<float> gq(static_cast<std::size_t>(heads * d)), gw(static_cast<std::size_t>(heads));
@@ -489,13 +495,8 @@ inline void backward_queries(const cpu_backend& be, tensor_view<const float, 3> 
       for (index_t p = ranges(t, 0); p < r1; p += key_tile) {
         const index_t count = std::min(key_tile, r1 - p);
         float g[key_tile] = {};  // zero past count: those lanes never count
-        bool any = false;
-        for (index_t j = 0; j < count; ++j) {
-          g[j] = grad_scores(t, p + j) * k_scale(p + j);
-          any = any || g[j] != 0.0f;
-        }
-        if (!any) continue;
-        key_tile_of(k, p, count, sc.rows.data(), sc.kt.data());
+        if (!upstream_gradients(grad_scores, k_scale, t, p, 0, count, g)) continue;
+        keys.load_tile(t, p, count, sc.rows.data(), sc.kt.data(), sc.scale);
         tile_dots(qf, heads, d, sc.kt.data(), sc.z.data());
         const float* krow[key_tile];
         for (index_t j = 0; j < count; ++j) krow[j] = k.row(p + j);
@@ -536,23 +537,19 @@ inline void backward_keys(const cpu_backend& be, tensor_view<const float, 3> q, 
                           tensor_view<const std::int32_t, 2> ranges, tensor_view<const float, 2> grad_scores,
                           tensor_view<float, 2> grad_k) {
   const index_t m = q.extent(0), heads = q.extent(1), d = q.extent(2), n = k.extent(0);
+  const dense_keys<float> keys{k, k_scale};
   parallel_for(be, (n + key_tile - 1) / key_tile, 1, [&](index_t b0, index_t b1) {
     backward_scratch sc(heads, d);
     for (index_t b = b0; b < b1; ++b) {
       const index_t p = b * key_tile, count = std::min(key_tile, n - p);
       for (index_t j = 0; j < count; ++j) std::fill_n(grad_k.row(p + j), d, 0.0f);
-      key_tile_of(k, p, count, sc.rows.data(), sc.kt.data());
+      keys.load_tile(0, p, count, sc.rows.data(), sc.kt.data(), sc.scale);
       for (index_t t = 0; t < m; ++t) {
         const index_t lo = std::max<index_t>(p, ranges(t, 0)) - p;
         const index_t hi = std::min<index_t>(p + count, ranges(t, 1)) - p;
         if (lo >= hi) continue;
         float g[key_tile];
-        bool any = false;
-        for (index_t j = lo; j < hi; ++j) {
-          g[j] = grad_scores(t, p + j) * k_scale(p + j);
-          any = any || g[j] != 0.0f;
-        }
-        if (!any) continue;
+        if (!upstream_gradients(grad_scores, k_scale, t, p, lo, hi, g)) continue;
         const float* qf = query_rows(q, t, sc.qf);
         tile_dots(qf, heads, d, sc.kt.data(), sc.z.data());
         for (index_t j = lo; j < hi; ++j) {
