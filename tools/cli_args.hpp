@@ -1,6 +1,7 @@
 // Strict command-line value parsing shared by dsa_run and dsa_make_tiny_model: a value must be
 // consumed whole ("12x" and "1e3" are not integers), numbers must be in range, and every
-// problem is a usage_error naming the flag and the offending text.
+// problem is a usage_error naming the flag and the offending text (quoted: dsa::quoted escapes
+// and bounds it, so a --prompt-file's bytes cannot drive the terminal).
 #pragma once
 
 #include <cerrno>
@@ -13,6 +14,8 @@
 #include <system_error>
 #include <vector>
 
+#include "dsa/core/quote.hpp"
+
 namespace dsa_tools {
 
 struct usage_error {
@@ -20,7 +23,7 @@ struct usage_error {
 };
 
 [[noreturn]] inline void usage_fail(std::string_view flag, std::string_view text, std::string_view expected) {
-  throw usage_error{std::string(flag) + " = '" + std::string(text) + "'; expected " + std::string(expected)};
+  throw usage_error{std::string(flag) + " = " + dsa::quoted(text) + "; expected " + std::string(expected)};
 }
 
 /// A decimal integer in [lo, hi].

@@ -114,7 +114,7 @@ options parse_args(int argc, char** argv) {
       o.quiet = true;
       continue;
     }
-    if (i + 1 >= argc) throw usage_error{std::string(a) + (a.starts_with("-") ? " needs a value" : ": unexpected argument")};
+    if (i + 1 >= argc) throw usage_error{dsa::quoted(a) + (a.starts_with("-") ? " needs a value" : ": unexpected argument")};
     const std::string_view v = argv[++i];
     if (a == "--model") {
       o.model = v;
@@ -147,7 +147,7 @@ options parse_args(int argc, char** argv) {
     } else if (a == "--seed") {
       o.seed = dsa_tools::parse_u64(a, v);
     } else {
-      throw usage_error{"unknown option " + std::string(a)};
+      throw usage_error{"unknown option " + dsa::quoted(a)};
     }
   }
   if (o.model.empty()) throw usage_error{"missing --model DIR"};
@@ -301,7 +301,7 @@ int main(int argc, char** argv) {
       return sampler ? (*sampler)(logits) : dsa::model::greedy_token(logits);
     };
 
-    std::cout << "model: " << o.model.string() << " (loaded in " << fixed(load_s, 3) << " s)\n  " << cfg.to_string() << "\n";
+    std::cout << "model: " << dsa::quoted(o.model.string()) << " (loaded in " << fixed(load_s, 3) << " s)\n  " << cfg.to_string() << "\n";
     std::cout << "threads: " << dsa::cpu_detail::thread_count(be)
               << "; fp8 block dots: " << (be.fp8_block_dot == dsa::fp8_dot::fp32 ? "fp32" : "exact")
               << (be.pack_fp8_weights ? ", packed" : ", unpacked")

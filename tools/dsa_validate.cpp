@@ -461,9 +461,8 @@ int run(options o) {
   const dsa::safetensors_file f = dsa::safetensors_file::open(o.file);
   const std::vector<std::string> groups = dsa_validate::detect_groups(f);
   for (const std::string& u : dsa_validate::unknown_groups(f)) {
-    // u comes from the file's tensor names: printed with its control characters escaped.
-    std::cerr << "dsa_validate: note: ignoring tensors of unknown group '" << dsa::detail::escape_control_characters(u)
-              << "'\n";
+    // u comes from the file's tensor names.
+    std::cerr << "dsa_validate: note: ignoring tensors of unknown group " << dsa::quoted(u) << "\n";
   }
   if (groups.empty()) {
     std::cerr << "dsa_validate: " << o.file.string() << ": no known case group (expected tensors named "

@@ -13,38 +13,29 @@
 #include <utility>
 
 #include "dsa/core/config.hpp"
+#include "dsa/core/quote.hpp"
 
 DSA_NAMESPACE_BEGIN
 
 namespace detail {
 
-/// `text` with every control character (0x00-0x1F, 0x7F) written as \xNN: error messages quote
-/// strings from files (tensor names, keys, shard names), and a crafted one must not drive the
-/// terminal (escape sequences) or forge lines of a log (CR, LF) when the message is printed.
-inline std::string escape_control_characters(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7F) {
-      constexpr char hex[] = "0123456789abcdef";
-      out += "\\x";
-      out += hex[u >> 4];
-      out += hex[u & 0xF];
-    } else {
-      out += c;
-    }
-  }
-  return out;
+/// A dsa::error's message as stored: escaped for a terminal (dsa/core/quote.hpp) and at most
+/// error_message_max_bytes long, so no file content can drive a terminal or flood a log.
+inline std::string printable_error_message(std::string_view what) {
+  if (what.size() <= error_message_max_bytes) return escape_for_terminal(what);
+  return escape_for_terminal(what.substr(0, error_message_max_bytes)) + "... (message cut; " +
+         std::to_string(what.size()) + " bytes in all)";
 }
 
 }  // namespace detail
 
 /// Thrown when a host-side precondition fails: bad shapes, dtypes, ranges or file contents. The
-/// message is printable as it stands: control characters are escaped (\xNN) on construction.
+/// message is printable as it stands: escaped and bounded on construction
+/// (detail::printable_error_message); strings that came from outside are quoted() where they are
+/// put in.
 class error : public std::runtime_error {
  public:
-  explicit error(std::string_view what) : std::runtime_error(detail::escape_control_characters(what)) {}
+  explicit error(std::string_view what) : std::runtime_error(detail::printable_error_message(what)) {}
   explicit error(const std::string& what) : error(std::string_view(what)) {}
   explicit error(const char* what) : error(std::string_view(what)) {}
 };
