@@ -151,7 +151,7 @@ void fuzz_topk(gen& g) {
     ran = true;
   } catch (const dsa::error&) {
   }
-  if (ran) check_topk_result(r.view, out.view);
+  if (ran) check_topk_result(sc.view, r.view, out.view);
 }
 
 void fuzz_topk_paged(gen& g) {

@@ -208,12 +208,18 @@ struct gen {
 
 // ---- invariants of results ----------------------------------------------------------------------
 
-inline void check_topk_result(const dsa::host_view<const std::int32_t, 2>& ranges, const dsa::host_view<std::int32_t, 2>& out) {
+/// The top-k invariants: ascending distinct positions of the row's range, then -1 padding; every
+/// position of the range is selectable, so exactly min(k, range length) are selected; and a NaN
+/// score ranks above every number, so if the range holds a NaN the selection does too.
+inline void check_topk_result(const dsa::host_view<const float, 2>& scores,
+                              const dsa::host_view<const std::int32_t, 2>& ranges,
+                              const dsa::host_view<std::int32_t, 2>& out) {
   for (index_t t = 0; t < out.extent(0); ++t) {
-    const index_t start = ranges(t, 0), end = ranges(t, 1);
-    bool padding = false;
-    index_t prev = -1;
-    for (index_t j = 0; j < out.extent(1); ++j) {
+    const index_t start = ranges(t, 0), end = ranges(t, 1), k = out.extent(1);
+    bool padding = false, nan_in_range = false, nan_selected = false;
+    index_t prev = -1, selected = 0;
+    for (index_t j = start; j < end; ++j) nan_in_range = nan_in_range || scores(t, j) != scores(t, j);
+    for (index_t j = 0; j < k; ++j) {
       const index_t v = out(t, j);
       if (v == -1) {
         padding = true;
@@ -222,8 +228,12 @@ inline void check_topk_result(const dsa::host_view<const std::int32_t, 2>& range
       DSA_FUZZ_ASSERT(!padding);  // -1 only at the end
       DSA_FUZZ_ASSERT(v >= start && v < end);
       DSA_FUZZ_ASSERT(v > prev);  // ascending, distinct
+      nan_selected = nan_selected || scores(t, v) != scores(t, v);
       prev = v;
+      ++selected;
     }
+    DSA_FUZZ_ASSERT(selected == std::min(k, end - start));
+    DSA_FUZZ_ASSERT(!nan_in_range || k == 0 || nan_selected);
   }
 }
 

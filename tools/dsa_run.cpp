@@ -10,7 +10,10 @@
 // prefill and of the decode, and the per-phase breakdown of each; for the decode also the bytes
 // of weights one token reads and the bandwidth that makes. A progress line goes to stderr while
 // a prefill runs longer than a second.
-// Exit codes: 0 success; 2 usage error, unreadable or invalid model, or a failed forward pass.
+// Exit codes: 0 success; 2 usage error, unreadable or invalid model, or a failed forward pass;
+// 3 the run went non-finite: logits that are NaN or infinite (the run stops there, naming where
+// the values first stopped being finite), or a non-finite value inside the model that did not
+// reach the logits (the run completes, then a warning names it). dsa/model/nonfinite.hpp.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -66,7 +69,11 @@ const char* const usage_text =
     "\n"
     "Output: the generated ids, then for prefill and decode the tokens/s and the wall time per\n"
     "phase (indexer, top-k, attention, MoE, other); for the decode also the bytes of weights read\n"
-    "per token (and of cache) and the GB/s they make; then cache size and peak resident memory.\n";
+    "per token (and of cache) and the GB/s they make; then cache size and peak resident memory.\n"
+    "\n"
+    "Exit status: 0 success; 2 usage error, bad model or failed forward pass; 3 the run went\n"
+    "non-finite (NaN or inf logits stop it with an error naming the layer where the values first\n"
+    "stopped being finite; a non-finite value that did not reach the logits is a warning).\n";
 
 struct options {
   std::filesystem::path model;
@@ -383,7 +390,18 @@ int main(int argc, char** argv) {
     std::cout << "memory: kv cache " << fixed(static_cast<double>(seq.cache_bytes()) / (1 << 20), 2)
               << " MiB for " << seq.length() << " tokens, peak RSS " << fixed(static_cast<double>(peak_rss_bytes()) / (1 << 20), 1)
               << " MiB\n";
+    if (const auto& site = seq.first_nonfinite()) {
+      std::cout.flush();
+      std::cerr << "dsa_run: warning: the model's values stopped being finite in " << site->to_string()
+                << "; the logits stayed finite, but the run is not a valid result (a weight or scale too large "
+                   "for the arithmetic?)\n";
+      return 3;
+    }
     return 0;
+  } catch (const dsa::model::nonfinite_error& e) {
+    std::cout.flush();
+    std::cerr << "dsa_run: " << e.what() << "\n";
+    return 3;
   } catch (const dsa_tools::usage_error& e) {
     std::cerr << "dsa_run: " << e.message << "\n";
     return 2;

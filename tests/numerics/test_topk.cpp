@@ -19,16 +19,17 @@ float from_bits(std::uint32_t u) {
 }
 }  // namespace
 
-TEST_CASE("topk_radix_key preserves the order of every non-NaN float above -inf") {
+TEST_CASE("topk_radix_key preserves the order of every non-NaN float, -inf included") {
   std::mt19937_64 rng(1);
   std::uniform_int_distribution<std::uint32_t> bits;
   std::vector<float> xs = {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max(),
                            -std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
                            -std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
-                           -std::numeric_limits<float>::min(), 0.0f, -0.0f, 1.0f, -1.0f};
+                           -std::numeric_limits<float>::min(), 0.0f, -0.0f, 1.0f, -1.0f,
+                           -std::numeric_limits<float>::infinity()};
   while (xs.size() < 20000) {
     const float x = from_bits(bits(rng));
-    if (!std::isnan(x) && x != -std::numeric_limits<float>::infinity()) xs.push_back(x);
+    if (!std::isnan(x)) xs.push_back(x);
   }
   for (std::size_t i = 0; i + 1 < xs.size(); ++i) {
     const float a = xs[i], b = xs[i + 1];
@@ -36,17 +37,19 @@ TEST_CASE("topk_radix_key preserves the order of every non-NaN float above -inf"
     INFO(a << " vs " << b);
     CHECK((a < b) == (ka < kb));
     CHECK((a == b) == (ka == kb));
-    CHECK(ka != dsa::topk_unselectable_key);
+    CHECK(ka != dsa::topk_no_key);
+    CHECK(ka < dsa::topk_nan_key);
   }
-  CHECK(dsa::topk_radix_key(-std::numeric_limits<float>::max()) > 0x007FFFFFu);
+  CHECK(dsa::topk_radix_key(-std::numeric_limits<float>::infinity()) == 0x007FFFFFu);
+  CHECK(dsa::topk_radix_key(-std::numeric_limits<float>::max()) == 0x00800000u);
   CHECK(dsa::topk_radix_key(std::numeric_limits<float>::infinity()) == 0xFF800000u);
 }
 
-TEST_CASE("topk_radix_key: -0.0 ties with +0.0; NaN and -inf are unselectable") {
+TEST_CASE("topk_radix_key: -0.0 ties with +0.0; every NaN ranks above +inf, as torch.topk ranks it") {
   CHECK(dsa::topk_radix_key(-0.0f) == dsa::topk_radix_key(0.0f));
-  CHECK(dsa::topk_radix_key(-std::numeric_limits<float>::infinity()) == dsa::topk_unselectable_key);
   for (std::uint32_t u : {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u, 0x7FFFFFFFu, 0xFFFFFFFFu}) {
-    CHECK(dsa::topk_radix_key(from_bits(u)) == dsa::topk_unselectable_key);
+    CHECK(dsa::topk_radix_key(from_bits(u)) == dsa::topk_nan_key);
+    CHECK(dsa::topk_radix_key(from_bits(u)) > dsa::topk_radix_key(std::numeric_limits<float>::infinity()));
   }
 }
 

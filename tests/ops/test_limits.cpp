@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dsa/dsa.hpp"
+#include "support/topk_reference.hpp"
 #include "support/random.hpp"
 
 namespace {
@@ -166,23 +167,15 @@ TEST_CASE("rows more than 2^31 elements apart: indexer scores, top-k and gather"
 TEST_CASE("a 128K-token context: top-2048 of 131072 scores, then sparse attention over them") {
   constexpr index_t n = 131072, k = 2048, m = 2;
   auto scores = dsa_test::normal(static_cast<std::size_t>(m * n), 8);
-  scores[12345] = std::numeric_limits<float>::quiet_NaN();  // never selected
+  scores[12345] = std::numeric_limits<float>::quiet_NaN();  // ranks first in row 0
   std::vector<std::int32_t> ranges = {0, static_cast<std::int32_t>(n), 1000, static_cast<std::int32_t>(n) - 7};
   std::vector<std::int32_t> idx(static_cast<std::size_t>(m * k));
   const auto rv = make_view(static_cast<const std::int32_t*>(ranges.data()), {m, 2});
   dsa::topk_indices(be, make_view(static_cast<const float*>(scores.data()), {m, n}), rv, k, make_view(idx.data(), {m, k}));
   for (index_t t = 0; t < m; ++t) {
-    // Reference: the k largest by (score desc, index asc), NaN excluded.
-    std::vector<std::int32_t> all;
-    for (index_t j = ranges[static_cast<std::size_t>(2 * t)]; j < ranges[static_cast<std::size_t>(2 * t + 1)]; ++j) {
-      if (!std::isnan(scores[static_cast<std::size_t>(t * n + j)])) all.push_back(static_cast<std::int32_t>(j));
-    }
-    const float* row = scores.data() + t * n;
-    std::partial_sort(all.begin(), all.begin() + k, all.end(), [&](std::int32_t a, std::int32_t b) {
-      return row[a] != row[b] ? row[a] > row[b] : a < b;
-    });
-    std::vector<std::int32_t> want(all.begin(), all.begin() + k);
-    std::sort(want.begin(), want.end());
+    // Reference: the k largest by (score desc, index asc), NaN first.
+    const std::vector<std::int32_t> want = dsa_test::topk_reference(scores.data() + t * n, ranges[static_cast<std::size_t>(2 * t)],
+                                                                    ranges[static_cast<std::size_t>(2 * t + 1)], k);
     CHECK(std::equal(want.begin(), want.end(), idx.begin() + t * k));
   }
   // Sparse MLA over a 128K-row bf16 cache (151 MB) with those indices: rows spread over the whole
@@ -345,8 +338,9 @@ TEST_CASE("k larger than the context: top-k pads with -1, attention and KL use o
   std::vector<std::int32_t> idx(2 * 10);
   dsa::topk_indices(be, dsa::host_view<const float, 2>(scores.data(), {2, 6}, {0, 1}),  // one row, broadcast
                     make_view(static_cast<const std::int32_t*>(ranges.data()), {2, 2}), 10, make_view(idx.data(), {2, 10}));
-  // Row 0: the 4 selectable of 6 (NaN and -inf never are), ascending; row 1: just column 2.
-  const std::vector<std::int32_t> row0 = {0, 1, 2, 5, -1, -1, -1, -1, -1, -1};
+  // Row 0: all 6 positions (NaN and -inf are scores like any other), ascending; row 1: just
+  // column 2.
+  const std::vector<std::int32_t> row0 = {0, 1, 2, 3, 4, 5, -1, -1, -1, -1};
   const std::vector<std::int32_t> row1 = {2, -1, -1, -1, -1, -1, -1, -1, -1, -1};
   CHECK(std::equal(row0.begin(), row0.end(), idx.begin()));
   CHECK(std::equal(row1.begin(), row1.end(), idx.begin() + 10));

@@ -1,7 +1,7 @@
 // CPU backend of top-k selection and row gathering.
 //
-// Radix select per row, O(n), on the order-preserving keys of numerics/topk.hpp (NaN and -inf
-// map to the never-selected key 0):
+// Radix select per row, O(n), on the order-preserving keys of numerics/topk.hpp (every score of
+// the range is selectable; NaN ranks above every number):
 //   1. histogram pass over the row: each score's key (computed 16 at a time with AVX-512) and
 //      the histogram of its top 11 bits; the bucket b0 holding the k-th largest key follows;
 //   2. collect pass over the row: every (position, key) with a key in bucket b0 or above goes,
@@ -72,22 +72,20 @@ DSA_FORCEINLINE __m512i topk_keys16(const float* x) {
   const __m512i u0 = _mm512_loadu_si512(static_cast<const void*>(x));
   const __m512i sign_bit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_andnot_si512(sign_bit, u0), _mm512_set1_epi32(0x7F800000));
-  const __mmask16 neg_inf = _mm512_cmpeq_epi32_mask(u0, _mm512_set1_epi32(static_cast<int>(0xFF800000u)));
   // -0.0 -> +0.0, then negative floats are inverted and positive ones get the sign bit.
   const __m512i u = _mm512_mask_mov_epi32(u0, _mm512_cmpeq_epi32_mask(u0, sign_bit), _mm512_setzero_si512());
   const __m512i key = _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), sign_bit));
-  return _mm512_maskz_mov_epi32(static_cast<__mmask16>(~(nan | neg_inf)), key);
+  return _mm512_mask_mov_epi32(key, nan, _mm512_set1_epi32(static_cast<int>(topk_nan_key)));
 }
 #endif
 
 /// Pass 1 over x[0, len): hist[0, topk_cpu_buckets0) = histogram of the keys' top digit (hist
-/// is overwritten); returns how many keys are unselectable (key 0).
-inline index_t topk_histogram(const float* x, index_t len, std::uint32_t* hist) {
+/// is overwritten).
+inline void topk_histogram(const float* x, index_t len, std::uint32_t* hist) {
   // Four interleaved sub-histograms keep runs of equal digits (scores share sign and exponent)
   // from serialising on one counter's store-to-load forwarding.
   alignas(64) std::uint32_t sub[4][topk_cpu_buckets0];
   std::memset(sub, 0, sizeof sub);
-  index_t zeros = 0;
   index_t j = 0;
 #if DSA_TOPK_AVX512
   // Digits of 256 scores at a time go through a small buffer: the scalar increments then load
@@ -96,7 +94,6 @@ inline index_t topk_histogram(const float* x, index_t len, std::uint32_t* hist) 
   for (; j + 256 <= len; j += 256) {
     for (int v = 0; v < 256; v += 16) {
       const __m512i key = topk_keys16(x + j + v);
-      zeros += __builtin_popcount(_mm512_cmpeq_epi32_mask(key, _mm512_setzero_si512()));
       _mm512_store_si512(static_cast<void*>(d + v), _mm512_srli_epi32(key, topk_cpu_shift0));
     }
     for (int u = 0; u < 256; u += 4) {
@@ -108,20 +105,11 @@ inline index_t topk_histogram(const float* x, index_t len, std::uint32_t* hist) 
   }
 #else
   for (; j + 4 <= len; j += 4) {
-    for (int u = 0; u < 4; ++u) {
-      const std::uint32_t key = topk_radix_key(x[j + u]);
-      zeros += key == topk_unselectable_key ? 1 : 0;
-      ++sub[u][key >> topk_cpu_shift0];
-    }
+    for (int u = 0; u < 4; ++u) ++sub[u][topk_radix_key(x[j + u]) >> topk_cpu_shift0];
   }
 #endif
-  for (; j < len; ++j) {
-    const std::uint32_t key = topk_radix_key(x[j]);
-    zeros += key == topk_unselectable_key ? 1 : 0;
-    ++sub[0][key >> topk_cpu_shift0];
-  }
+  for (; j < len; ++j) ++sub[0][topk_radix_key(x[j]) >> topk_cpu_shift0];
   for (std::uint32_t b = 0; b < topk_cpu_buckets0; ++b) hist[b] = sub[0][b] + sub[1][b] + sub[2][b] + sub[3][b];
-  return zeros;
 }
 
 /// Pass 2 over x[0, len): appends (base + j, key) for every key >= lo, in index order, to
@@ -218,7 +206,6 @@ inline index_t topk_emit(const std::uint32_t* pos, const std::uint32_t* keys, in
 
 struct topk_scratch {
   std::vector<std::uint32_t> hist;  // [chunks][topk_cpu_buckets0]
-  std::vector<index_t> zeros;       // per chunk: unselectable keys
   std::vector<index_t> offset;      // per chunk: candidate segment start
   std::vector<index_t> count;       // per chunk: candidates in the segment
   std::vector<std::uint32_t> pos;   // candidate positions (relative to the row start)
@@ -231,8 +218,12 @@ struct topk_scratch {
 /// threads; otherwise everything runs on the calling thread.
 inline void topk_row(const cpu_backend& be, bool split, const float* x, index_t start, index_t end, index_t k,
                      std::int32_t* out, topk_scratch& sc) {
-  const index_t len = end - start;
+  const index_t len = end - start;  // every score of the range is selectable (numerics/topk.hpp)
   const float* row = x + start;
+  if (len <= 0) {
+    std::fill(out, out + k, std::int32_t{-1});
+    return;
+  }
   index_t chunks = 1;
   if (split && len >= topk_split_min) chunks = std::min<index_t>(thread_count(be), len / (topk_split_min / 2));
   chunks = std::max<index_t>(chunks, 1);
@@ -248,50 +239,38 @@ inline void topk_row(const cpu_backend& be, bool split, const float* x, index_t 
   };
   const auto n_chunks = static_cast<std::size_t>(chunks);
   sc.hist.resize(n_chunks * topk_cpu_buckets0);
-  sc.zeros.resize(n_chunks);
   sc.offset.resize(n_chunks);
   sc.count.resize(n_chunks);
 
   // 1. Histograms of the top digit, per chunk, then summed.
   for_chunks([&](index_t c) {
     const index_t b = chunk_begin(c);
-    sc.zeros[static_cast<std::size_t>(c)] =
-        topk_histogram(row + b, chunk_begin(c + 1) - b, sc.hist.data() + static_cast<std::size_t>(c) * topk_cpu_buckets0);
+    topk_histogram(row + b, chunk_begin(c + 1) - b, sc.hist.data() + static_cast<std::size_t>(c) * topk_cpu_buckets0);
   });
   std::uint32_t hist[topk_cpu_buckets0];
   std::memcpy(hist, sc.hist.data(), sizeof hist);
-  index_t unselectable = sc.zeros[0];
   for (std::size_t c = 1; c < n_chunks; ++c) {
     const std::uint32_t* h = sc.hist.data() + c * topk_cpu_buckets0;
     for (std::uint32_t b = 0; b < topk_cpu_buckets0; ++b) hist[b] += h[b];
-    unselectable += sc.zeros[c];
   }
-  const index_t selectable = len - unselectable;
-  if (selectable <= 0) {
-    std::fill(out, out + k, std::int32_t{-1});
-    return;
-  }
-
-  // The candidates: every selectable key if there are at most k of them (threshold 0, nothing
-  // tied), else every key in the k-th largest key's bucket b0 or above.
+  // The candidates: every key if there are at most k of them (threshold topk_no_key, below
+  // every key, nothing tied), else every key in the k-th largest key's bucket b0 or above.
   std::uint32_t remaining = 0;
   std::uint32_t b0 = 0;
-  std::uint32_t lo = 1;
-  if (selectable > k) {
+  std::uint32_t lo = topk_no_key;
+  if (len > k) {
     remaining = static_cast<std::uint32_t>(k);
     b0 = topk_find_bucket(hist, topk_cpu_buckets0, remaining);
-    lo = b0 << topk_cpu_shift0;  // b0 > 0 or the k-th key is in bucket 0 (keys 1 .. 2^21 - 1)
+    lo = b0 << topk_cpu_shift0;
   }
   index_t total = 0;
   for (std::size_t c = 0; c < n_chunks; ++c) {
     index_t cnt = 0;
-    if (selectable > k) {
+    if (len > k) {
       const std::uint32_t* h = sc.hist.data() + c * topk_cpu_buckets0;
       for (std::uint32_t b = b0; b < topk_cpu_buckets0; ++b) cnt += h[b];
-      // Bucket 0 also counts the unselectable keys (0 < lo unless b0 == 0, where they are
-      // collected and never taken by the emission's key > T >= 1 test).
     } else {
-      cnt = chunk_begin(static_cast<index_t>(c) + 1) - chunk_begin(static_cast<index_t>(c)) - sc.zeros[c];
+      cnt = chunk_begin(static_cast<index_t>(c) + 1) - chunk_begin(static_cast<index_t>(c));
     }
     sc.offset[c] = total;
     sc.count[c] = cnt;
@@ -314,8 +293,8 @@ inline void topk_row(const cpu_backend& be, bool split, const float* x, index_t 
   // 3. The exact threshold T from the candidates in bucket b0: their keys are compacted (the
   // test is a coin flip per candidate, so a branch would mispredict), the next digit's
   // histogram picks b1; those in (b0, b1) again, and the last digit's histogram picks T.
-  std::uint32_t threshold = 0;
-  if (selectable > k) {
+  std::uint32_t threshold = topk_no_key;
+  if (len > k) {
     sc.narrow.resize(static_cast<std::size_t>(total));
     std::uint32_t* nk = sc.narrow.data();
     index_t n1 = 0;
@@ -334,7 +313,7 @@ inline void topk_row(const cpu_backend& be, bool split, const float* x, index_t 
   }
 
   // 4. Every key > T and the first `remaining` keys == T, in index order: exactly k when
-  // selectable > k, every candidate otherwise.
+  // len > k, every candidate otherwise (T = topk_no_key, below every key).
   index_t written = 0;
   std::uint32_t ties_left = remaining;
   for (std::size_t c = 0; c < n_chunks; ++c) {

@@ -20,6 +20,7 @@
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/model/nonfinite.hpp"
 
 DSA_NAMESPACE_BEGIN
 namespace model {
@@ -56,6 +57,9 @@ struct forward_options {
   std::function<void(const forward_progress&)> progress;
   /// Longest chunk a prefill is processed in (index scores cost chunk x length floats).
   index_t max_chunk = 4096;
+  /// Non-finite logits: a nonfinite_error naming where the values first stopped being finite
+  /// (the default), or returned as they are (dsa/model/nonfinite.hpp).
+  nonfinite_policy on_nonfinite = nonfinite_policy::error;
 };
 
 namespace forward_detail {

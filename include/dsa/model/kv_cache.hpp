@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -100,7 +101,10 @@ class sequence {
   const layer_cache& layer(index_t l) const { return layers_[static_cast<std::size_t>(l)]; }
 
   /// Forgets every token (keeps the allocation): the sequence restarts at position 0.
-  void reset() { length_ = 0; }
+  void reset() {
+    length_ = 0;
+    nonfinite_.reset();
+  }
 
   /// Grows every layer's storage to hold `rows` positions (geometric growth).
   void reserve(index_t rows) {
@@ -114,11 +118,20 @@ class sequence {
   /// The transformer this sequence was created by (sequences are not interchangeable).
   std::uint64_t owner() const { return owner_; }
 
+  /// Where this sequence's values first stopped being finite (dsa/model/nonfinite.hpp), if they
+  /// ever did; kept until reset().
+  const std::optional<nonfinite_site>& first_nonfinite() const { return nonfinite_; }
+  /// Records `site` unless an earlier one is recorded (called by the forward pass).
+  void note_nonfinite(const nonfinite_site& site) {
+    if (!nonfinite_) nonfinite_ = site;
+  }
+
  private:
   index_t max_tokens_;
   std::uint64_t owner_;
   index_t length_ = 0;
   index_t reserved_ = 0;
+  std::optional<nonfinite_site> nonfinite_;
   std::vector<layer_cache> layers_;
 };
 

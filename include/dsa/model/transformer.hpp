@@ -7,7 +7,9 @@
 //   logits = m.forward(seq, std::span(&next, 1));             // decode one token
 //
 // forward() appends tokens at seq.length() (a prefill chunk may start anywhere), runs every layer
-// and returns the fp32 logits [vocab] of the last token. More than one token runs the MHA
+// and returns the fp32 logits [vocab] of the last token; non-finite logits are a
+// model::nonfinite_error naming where the values first stopped being finite
+// (dsa/model/nonfinite.hpp, forward_options::on_nonfinite). More than one token runs the MHA
 // prefill path, a single token the absorbed MQA decode path, as the reference does; long
 // prefills are processed in chunks of forward_options::max_chunk tokens. Sequences are
 // independent and may be interleaved freely. Weights are views into the memory-mapped
@@ -133,6 +135,7 @@ class transformer {
       logits = forward_chunk(seq, std::span<const std::int32_t>(ids.data() + b, static_cast<std::size_t>(e - b)), opt,
                              total_end, last);
     });
+    forward_detail::check_logits(logits, seq, total_end - 1, num_layers(), opt.on_nonfinite);
     return logits;
   }
   template <class Token>
@@ -181,7 +184,7 @@ std::vector<float> transformer<Backend>::forward_chunk(sequence& seq, std::span<
                                                     const forward_options& opt, index_t total_end, bool want_logits) {
   const auto& c = config();
   const index_t t = static_cast<index_t>(ids.size()), d = c.hidden_size, start = seq.length();
-  const layer_context<Backend> ctx{be_, c, settings_.act_format, settings_.rope, &times_};
+  layer_context<Backend> ctx{be_, c, settings_.act_format, settings_.rope, &times_};
   const std::vector<std::int32_t> positions = forward_detail::chunk_positions(start, t);
   const auto pos = make_view(static_cast<const std::int32_t*>(positions.data()), {t});
 
@@ -201,18 +204,30 @@ std::vector<float> transformer<Backend>::forward_chunk(sequence& seq, std::span<
   std::vector<std::int32_t> topk(static_cast<std::size_t>(t * k_sel));
   const auto topk_v = make_view(topk.data(), {t, k_sel});
   std::vector<std::int32_t> routed;  // the observer's layer_trace::experts
+  // The non-finite watch (dsa/model/nonfinite.hpp), until the sequence has a site.
+  nonfinite_watch<host_space> watch_state;
+  nonfinite_watch<host_space>* watch = seq.first_nonfinite() ? nullptr : &watch_state;
+  ctx.watch = watch;
+  const auto watch_point = [&](host_view<const bf16, 2> v, nonfinite_stage stage) {
+    if (!watch) return;
+    phase_scope timing(&times_, phase::other);
+    watch->watch(v, stage);
+  };
   for (index_t l = 0; l < num_layers(); ++l) {
     const layer_weights& lw = w_.layers[static_cast<std::size_t>(l)];
+    if (watch) watch->layer = l;
     {
       phase_scope timing(&times_, phase::other);
       add_rms_norm(be_, hv, rv, lw.input_layernorm, xv, c.rms_norm_eps);
     }
     mla_forward(ctx, lw.attn, *decode_[static_cast<std::size_t>(l)], host_view<const bf16, 2>(xv), pos, start,
                 seq.layer(l), topk_v, av);
+    watch_point(av, nonfinite_stage::attention_output);
     {
       phase_scope timing(&times_, phase::other);
       add_rms_norm(be_, av, rv, lw.post_attention_layernorm, xv, c.rms_norm_eps);
     }
+    watch_point(rv, nonfinite_stage::residual_stream);
     {
       phase_scope timing(&times_, phase::moe);
       if (lw.moe) {
@@ -221,6 +236,7 @@ std::vector<float> transformer<Backend>::forward_chunk(sequence& seq, std::span<
         mlp_forward(ctx, *lw.mlp, host_view<const bf16, 2>(xv), hv);
       }
     }
+    watch_point(hv, nonfinite_stage::ffn_output);
     if (opt.observer) {
       opt.observer(layer_trace{l, start, topk_v, hv, rv,
                                forward_detail::routed_experts(routed, lw.moe.has_value(), t, c.num_experts_per_tok)});
@@ -228,6 +244,7 @@ std::vector<float> transformer<Backend>::forward_chunk(sequence& seq, std::span<
     if (opt.progress) opt.progress(forward_progress{start, start + t, total_end, l, num_layers()});
   }
   seq.advance(t);
+  if (watch && watch->first() != nonfinite_detail::none) seq.note_nonfinite(nonfinite_detail::decode(watch->first(), start));
   if (!want_logits) return {};
   phase_scope timing(&times_, phase::other);
   // Final norm of the last token only (rows are independent), lm_head in fp32.

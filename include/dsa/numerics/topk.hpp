@@ -1,12 +1,16 @@
-// The radix keys of top-k selection (DESIGN.md §3.4), shared by every backend.
+// The radix keys of top-k selection (docs/design.md, "Top-k"), shared by every backend.
 //
-// A float maps to a uint32 whose unsigned order is the float order, so a radix select on the
+// A float maps to a uint32 whose unsigned order is the selection order, so a radix select on the
 // keys (8-bit digits, most significant first) finds the k-th largest score in O(n):
-//   - finite values and +inf: positive floats get the sign bit set, negative floats are
-//     bit-inverted; the keys of all of them are > 0x007FFFFF;
+//   - numbers, -inf and +inf included: positive floats get the sign bit set, negative floats are
+//     bit-inverted; -inf has the smallest key (0x007FFFFF), +inf the largest of the numbers;
 //   - -0.0 is canonicalised to +0.0 first: the two compare equal in IEEE arithmetic, so they
 //     tie, and a tie goes to the smaller index like any other;
-//   - NaN (any sign or payload) and -inf map to key 0, which is never selected.
+//   - NaN (any sign or payload) ranks above every number, as torch.topk ranks it in DeepSeek's
+//     reference: key 0xFFFFFFFF. A score that went NaN is selected, so the NaN reaches the
+//     attention that reads the row's selection instead of turning it into "no key".
+// Every score in a row's range is selectable; only positions outside the range are never
+// selected (the -1 padding when the range holds fewer than k). Key 0 is no score's key.
 #pragma once
 
 #include <cstdint>
@@ -16,15 +20,18 @@
 
 DSA_NAMESPACE_BEGIN
 
-/// The key reserved for "never selected" (NaN and -inf).
-inline constexpr std::uint32_t topk_unselectable_key = 0u;
+/// The key of no score (every float's key is >= 0x007FFFFF): marks "no element" in kernels that
+/// pad a block's lanes past the end of a row.
+inline constexpr std::uint32_t topk_no_key = 0u;
 
-/// Order-preserving key of a score; NaN and -inf give topk_unselectable_key.
+/// The key of every NaN: above +inf's 0xFF800000.
+inline constexpr std::uint32_t topk_nan_key = 0xFFFFFFFFu;
+
+/// Order-preserving key of a score; NaN gives topk_nan_key.
 DSA_HOST_DEVICE DSA_FORCEINLINE std::uint32_t topk_radix_key(float x) {
   std::uint32_t u = detail::float_bits(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return topk_unselectable_key;  // NaN
-  if (u == 0xFF800000u) return topk_unselectable_key;                  // -inf
-  if (u == 0x80000000u) u = 0u;                                        // -0.0 ties with +0.0
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return topk_nan_key;
+  if (u == 0x80000000u) u = 0u;  // -0.0 ties with +0.0
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 

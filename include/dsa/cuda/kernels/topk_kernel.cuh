@@ -2,14 +2,15 @@
 //
 // Top-k: one block per row, radix select on the shared keys of dsa/numerics/topk.hpp, O(n) per
 // row and no scratch memory beyond a 1 KB shared histogram:
-//   pass 0    keys of the row's range, histogram of their top byte (and the count of selectable
-//             keys); pass 1 .. 3 histogram the next byte of the keys that share the prefix found
+//   pass 0    keys of the row's range, histogram of their top byte (every score of the range is
+//             selectable, NaN above every number: numerics/topk.hpp); pass 1 .. 3 histogram the next byte of the keys that share the prefix found
 //             so far. After each pass one thread walks the histogram with topk_radix_find_bucket
 //             (the CPU's walk), so the threshold key T and the number r of T-valued elements to
 //             take are the CPU's;
 //   emission  the row again in index order, a block-wide chunk at a time: every key > T and the
 //             first r keys == T, placed by an exclusive scan (cub::BlockScan), so the output is
-//             ascending and ties go to the smaller index, as on the CPU. Fewer than k selectable: all of them, then -1.
+//             ascending and ties go to the smaller index, as on the CPU. A range of fewer than k
+//             positions: all of them, then -1.
 // The results are integers and equal the CPU backend's exactly. Histogram updates are
 // warp-aggregated (__match_any_sync) because scores of one row often share their top bytes.
 //
@@ -82,7 +83,6 @@ template <int Threads>
 __global__ void __launch_bounds__(Threads, 1) topk_kernel(const topk_params p) {
   static_assert(Threads % 32 == 0 && Threads <= 1024);
   __shared__ std::uint32_t hist[topk_radix_buckets];
-  __shared__ std::uint32_t selectable;
   __shared__ std::uint32_t threshold_prefix;
   __shared__ std::uint32_t remaining_shared;
   // Warp scans, then a scan of the warp totals (the smallest shared storage of CUB's scans).
@@ -98,29 +98,19 @@ __global__ void __launch_bounds__(Threads, 1) topk_kernel(const topk_params p) {
     const index_t len = end - start;
     const float* x = p.scores + t * p.score_row_stride + start;
 
-    // Pass 0: top-byte histogram and the number of selectable keys.
-    for (int b = tid; b < topk_radix_buckets; b += Threads) hist[b] = 0u;
-    if (tid == 0) selectable = 0u;
-    __syncthreads();
-    std::uint32_t mine = 0;
-    for (index_t j0 = 0; j0 < len; j0 += Threads) {
-      const index_t j = j0 + tid;
-      std::uint32_t bucket = 0xFFFFFFFFu;
-      if (j < len) {
-        const std::uint32_t key = topk_radix_key(x[j]);
-        bucket = topk_radix_digit(key, 0);
-        mine += key != topk_unselectable_key ? 1u : 0u;
-      }
-      topk_detail::warp_histogram_add(hist, bucket);
-    }
-    mine = cuda_arch::warp_reduce_sum(mine);
-    if (tid % 32 == 0 && mine != 0) atomicAdd(&selectable, mine);
-    __syncthreads();
-
-    // Threshold T (as a key) and r; T = 0, r = 0 takes every selectable key.
-    std::uint32_t threshold = 0u;
+    // Threshold T (as a key) and r; T = topk_no_key, r = 0 takes every key of the range.
+    std::uint32_t threshold = topk_no_key;
     std::uint32_t remaining = 0u;
-    if (static_cast<index_t>(selectable) > p.k) {  // block-uniform; then k < 2^31
+    if (len > p.k) {  // block-uniform; then k < 2^31
+      // Pass 0: top-byte histogram.
+      for (int b = tid; b < topk_radix_buckets; b += Threads) hist[b] = 0u;
+      __syncthreads();
+      for (index_t j0 = 0; j0 < len; j0 += Threads) {
+        const index_t j = j0 + tid;
+        const std::uint32_t bucket = j < len ? topk_radix_digit(topk_radix_key(x[j]), 0) : 0xFFFFFFFFu;
+        topk_detail::warp_histogram_add(hist, bucket);
+      }
+      __syncthreads();
       if (tid == 0) {
         std::uint32_t r = static_cast<std::uint32_t>(p.k);
         threshold_prefix = topk_radix_find_bucket(hist, r);
@@ -160,10 +150,10 @@ __global__ void __launch_bounds__(Threads, 1) topk_kernel(const topk_params p) {
     std::uint32_t ties_seen = 0;
     for (index_t j0 = 0; j0 < len && written < p.k; j0 += Threads) {
       const index_t j = j0 + tid;
-      std::uint32_t key = topk_unselectable_key;
+      std::uint32_t key = topk_no_key;
       if (j < len) key = topk_radix_key(x[j]);
       const bool gt = key > threshold;
-      const bool tie = key == threshold && key != topk_unselectable_key;
+      const bool tie = key == threshold && key != topk_no_key;
       // Low half: keys > T before this thread; high half: ties before it (each < 2^16).
       std::uint32_t before = 0, total = 0;
       block_scan(scan).ExclusiveSum((gt ? 1u : 0u) | (tie ? 0x10000u : 0u), before, total);

@@ -34,6 +34,7 @@
 #include "dsa/cuda/error.hpp"
 #include "dsa/cuda/memory.hpp"
 #include "dsa/model/cuda/kv_cache.hpp"
+#include "dsa/model/cuda/nonfinite.cuh"
 #include "dsa/model/cuda/weights.hpp"
 #include "dsa/model/layers/context.hpp"
 #include "dsa/model/layers/moe.hpp"
@@ -251,6 +252,7 @@ inline void indexer_forward(const device_layer_context& ctx, const device_indexe
                                    device_view<const std::uint8_t, 2>(keys), std::as_const(table).view({t, index_t{1}}),
                                    end, rv, scores.view({t, end}));
   }
+  if (ctx.watch) ctx.watch->watch_scores(std::as_const(scores).view({t, end}), start);
   device_phase_scope timing(ctx.times, phase::topk, ctx.be.stream);
   topk_indices(ctx.be, std::as_const(scores).view({t, end}), rv, topk.extent(1), topk);
 }

@@ -54,6 +54,7 @@
 #include "dsa/model/config.hpp"
 #include "dsa/model/cuda/kv_cache.hpp"
 #include "dsa/model/cuda/layers.cuh"
+#include "dsa/model/cuda/nonfinite.cuh"
 #include "dsa/model/cuda/weights.hpp"
 #include "dsa/model/forward.hpp"
 #include "dsa/model/layers/context.hpp"
@@ -125,6 +126,7 @@ class transformer<cuda_backend> {
       logits = forward_chunk(seq, std::span<const std::int32_t>(ids.data() + b, static_cast<std::size_t>(e - b)), opt,
                              total_end, last);
     });
+    forward_detail::check_logits(logits, seq, total_end - 1, num_layers(), opt.on_nonfinite);
     return logits;
   }
   template <class Token>
@@ -143,7 +145,7 @@ class transformer<cuda_backend> {
                                    index_t total_end, bool want_logits) {
     const auto& c = config();
     const index_t t = static_cast<index_t>(ids.size()), d = c.hidden_size, start = seq.length();
-    const device_layer_context ctx{be_, c, settings_.act_format, settings_.rope, &times_};
+    device_layer_context ctx{be_, c, settings_.act_format, settings_.rope, &times_};
     const std::vector<std::int32_t> positions = forward_detail::chunk_positions(start, t);
     const auto pos_buf = upload(ctx, positions);
     const auto pos = pos_buf.view();
@@ -170,7 +172,15 @@ class transformer<cuda_backend> {
     std::vector<std::int32_t> topk_host;
     std::vector<bf16> h_host, r_host;
     std::vector<std::int32_t> routed;
+    // The non-finite watch (dsa/model/nonfinite.hpp), until the sequence has a site.
+    std::optional<nonfinite_watch<device_space>> watch;
+    if (!seq.first_nonfinite()) watch.emplace(be_.stream);
+    ctx.watch = watch ? &*watch : nullptr;
+    const auto watch_point = [&](device_view<const bf16, 2> v, nonfinite_stage stage) {
+      if (watch) watch->watch(v, stage);
+    };
     for (index_t l = 0; l < num_layers(); ++l) {
+      if (watch) watch->layer = l;
       const device_layer_weights& lw = dw_.layers[static_cast<std::size_t>(l)];
       {
         device_phase_scope timing(&times_, phase::other, be_.stream);
@@ -178,10 +188,12 @@ class transformer<cuda_backend> {
       }
       mla_forward(ctx, lw.attn, *decode_[static_cast<std::size_t>(l)], device_view<const bf16, 2>(xv), pos, positions,
                   start, seq.layer(l), topk_v, av);
+      watch_point(av, nonfinite_stage::attention_output);
       {
         device_phase_scope timing(&times_, phase::other, be_.stream);
         add_rms_norm(be_, device_view<const bf16, 2>(av), rv, lw.post_attention_layernorm, xv, c.rms_norm_eps);
       }
+      watch_point(rv, nonfinite_stage::residual_stream);
       {
         device_phase_scope timing(&times_, phase::moe, be_.stream);
         if (lw.moe) {
@@ -190,6 +202,7 @@ class transformer<cuda_backend> {
           mlp_forward(ctx, *lw.mlp, device_view<const bf16, 2>(xv), hv);
         }
       }
+      watch_point(hv, nonfinite_stage::ffn_output);
       if (opt.observer) {
         topk_host = to_host(topk, be_.stream);
         h_host = to_host(h, be_.stream);
@@ -202,6 +215,10 @@ class transformer<cuda_backend> {
       if (opt.progress) opt.progress(forward_progress{start, start + t, total_end, l, num_layers()});
     }
     seq.advance(t);
+    if (watch) {
+      const std::uint64_t first = watch->first();
+      if (first != nonfinite_detail::none) seq.note_nonfinite(nonfinite_detail::decode(first, start));
+    }
     if (!want_logits) {
       // The chunk's buffers are released in stream order; wait so that a failure surfaces here.
       DSA_CUDA_CHECK(cudaStreamSynchronize(be_.stream));

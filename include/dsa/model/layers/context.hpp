@@ -15,6 +15,7 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/model/config.hpp"
+#include "dsa/model/nonfinite.hpp"
 #include "dsa/model/weights.hpp"
 #include "dsa/numerics/fp8_quant.hpp"
 #include "dsa/numerics/rope.hpp"
@@ -69,6 +70,8 @@ struct layer_context {
   scale_format act_format;  ///< activation-quantization scales of every FP8 linear and cache
   rope_config rope;
   phase_times* times;
+  /// The forward call's non-finite watch (dsa/model/nonfinite.hpp), or null when off.
+  nonfinite_watch<typename B::memory_space>* watch = nullptr;
 };
 
 /// The RoPE / YaRN configuration of config.json (DESIGN.md §4).

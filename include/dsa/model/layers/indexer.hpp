@@ -95,6 +95,7 @@ void indexer_forward(const layer_context<B>& ctx, const indexer_weights& w, host
                                    end, make_view(static_cast<const std::int32_t*>(ranges.data()), {t, index_t{2}}),
                                    make_view(scores.data(), {t, end}));
   }
+  if (ctx.watch) ctx.watch->watch_scores(make_view(static_cast<const float*>(scores.data()), {t, end}), start);
   phase_scope timing(ctx.times, phase::topk);
   topk_indices(ctx.be, make_view(static_cast<const float*>(scores.data()), {t, end}),
                make_view(static_cast<const std::int32_t*>(ranges.data()), {t, index_t{2}}), topk.extent(1), topk);
