@@ -47,7 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       DSA_FUZZ_ASSERT(t.name == name);
       DSA_FUZZ_ASSERT(c.bytes(name).size() == t.nbytes());
     }
-  } catch (const dsa::error&) {
+  } catch (const dsa::error& e) {
+    dsa_fuzz::check_printable(e.what());
   }
   return 0;
 }

@@ -13,6 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
+
+#include "dsa/core/quote.hpp"
 
 namespace dsa_fuzz {
 
@@ -26,6 +29,15 @@ namespace dsa_fuzz {
   do {                                                           \
     if (!(cond)) ::dsa_fuzz::invariant_failed(#cond);            \
   } while (0)
+
+/// A message dsa printed (an error's what(), a note) is inert and bounded: valid UTF-8 without
+/// C0/C1 controls, DEL or bidirectional overrides (dsa/core/quote.hpp), and at most
+/// error_message_max_bytes plus the length note. Every target checks every error it catches, so
+/// the fuzzers reach escaping with whatever file content they make up (issue 33, class 6).
+inline void check_printable(std::string_view message) {
+  DSA_FUZZ_ASSERT(message.size() <= dsa::error_message_max_bytes + 64);
+  DSA_FUZZ_ASSERT(dsa::escape_for_terminal(message) == message);
+}
 
 /// One anonymous in-memory file, rewritten with every input.
 class memfd_file {

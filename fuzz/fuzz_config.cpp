@@ -16,7 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   dsa::model::config c;
   try {
     c = dsa::model::config::load(path);
-  } catch (const dsa::error&) {
+  } catch (const dsa::error& e) {
+    dsa_fuzz::check_printable(e.what());
     return 0;
   }
   // A loaded config is valid, and what it writes it reads back unchanged.

@@ -21,10 +21,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       try {
         const auto r = dsa_validate::run_group(dsa::cpu_backend{1}, f, g);
         for (const auto& c : r.comparisons) (void)c.pass;
-      } catch (const dsa::error&) {
+      } catch (const dsa::error& e) {
+        dsa_fuzz::check_printable(e.what());
       }
     }
-  } catch (const dsa::error&) {
+  } catch (const dsa::error& e) {
+    dsa_fuzz::check_printable(e.what());
   }
   return 0;
 }

@@ -149,7 +149,8 @@ void fuzz_topk(gen& g) {
   try {
     dsa::topk_indices(g.backend(), sc.view, r.view, k, out.view);
     ran = true;
-  } catch (const dsa::error&) {
+  } catch (const dsa::error& e) {
+    dsa_fuzz::check_printable(e.what());
   }
   if (ran) check_topk_result(sc.view, r.view, out.view);
 }
@@ -306,7 +307,8 @@ void fuzz_moe(gen& g) {
   try {
     dsa::moe_route(g.backend(), logits.view, bias.view, ids.view, w.view, cfg);
     ran = true;
-  } catch (const dsa::error&) {
+  } catch (const dsa::error& e) {
+    dsa_fuzz::check_printable(e.what());
   }
   if (!ran) return;
   for (index_t i = 0; i < ids.view.extent(0); ++i) {
@@ -422,7 +424,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 23: fuzz_rope(g); break;
       default: fuzz_act_dequant<float>(g); break;
     }
-  } catch (const dsa::error&) {
+  } catch (const dsa::error& e) {
+    dsa_fuzz::check_printable(e.what());
     // A clear refusal is the expected outcome for a bad argument.
   }
   return 0;

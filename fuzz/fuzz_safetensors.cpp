@@ -30,7 +30,8 @@ void touch_view(const dsa::safetensors_file& f, const dsa::tensor_info& t) {
     unsigned sum = 0;
     for (std::uint64_t i = 0; i < t.nbytes(); ++i) sum += p[i];
     (void)sum;
-  } catch (const dsa::error&) {
+  } catch (const dsa::error& e) {
+    dsa_fuzz::check_printable(e.what());
     // A rank, dtype or alignment the view refuses.
   }
 }
@@ -69,7 +70,8 @@ void touch(const dsa::safetensors_file& f, const dsa::tensor_info& t) {
     bool refused = false;
     try {
       (void)f.view<float, 1>(t);
-    } catch (const dsa::error&) {
+    } catch (const dsa::error& e) {
+      dsa_fuzz::check_printable(e.what());
       refused = true;
     }
     DSA_FUZZ_ASSERT(refused);
@@ -112,7 +114,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     DSA_FUZZ_ASSERT(!f.contains("__metadata__"));
     round_trip(f);
-  } catch (const dsa::error&) {
+  } catch (const dsa::error& e) {
+    dsa_fuzz::check_printable(e.what());
     // Refused with a message: the expected outcome for a malformed file.
   }
   return 0;

@@ -7,6 +7,7 @@
 // config/ holds the golden tiny model's config.json and variants; checkpoint_index/ index files
 // for the two shards fuzz_checkpoint_index creates; ops/ a few byte strings.
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 
 #include "dsa/core/types.hpp"
 #include "dsa/model/safetensors.hpp"
+#include "model_recipe.hpp"
 
 namespace fs = std::filesystem;
 
@@ -202,6 +204,43 @@ int main(int argc, char** argv) {
     for (std::size_t j = 0; j < s.size(); ++j) s[j] = static_cast<char>((i * 131 + static_cast<int>(j) * 29) & 0xff);
     s.back() = static_cast<char>(i);  // the op selector is read from the end
     put(op / ("op" + std::to_string(i)), s);
+  }
+
+  // ---- model (recipes over the golden tiny model, model_recipe.hpp) --------------------------
+  const fs::path md = root / "model";
+  fs::create_directories(md);
+  {
+    const dsa_fuzz::model_base base(fs::path(DSA_SOURCE_DIR) / "tests/data/tiny-dsv32");
+    const auto index_of = [&](const std::string& name) {
+      const auto& ts = base.file.tensors();
+      for (std::size_t i = 0; i < ts.size(); ++i) {
+        if (ts[i].name == name) return static_cast<std::uint16_t>(i);
+      }
+      std::fprintf(stderr, "no tensor %s in the base checkpoint\n", name.c_str());
+      std::exit(2);
+    };
+    const auto put_recipe = [&](const std::string& file, const dsa_fuzz::recipe_writer& w) {
+      put(md / file, std::string(w.bytes().begin(), w.bytes().end()));
+    };
+    const std::uint32_t bf16_huge = 0x7F61u;      // 2.99e38
+    const std::uint32_t f32_huge = 0x7F61B1E6u;   // 3.0e38
+    put_recipe("intact", dsa_fuzz::recipe_writer{});
+    // Class 1 of issue 33: finite weights that overflow at run time.
+    put_recipe("weights_proj_huge",
+               dsa_fuzz::recipe_writer{}.fill(index_of("model.layers.0.self_attn.indexer.weights_proj.weight"), bf16_huge));
+    put_recipe("scale_inv_huge",
+               dsa_fuzz::recipe_writer{}.fill(index_of("model.layers.1.self_attn.q_b_proj.weight_scale_inv"), f32_huge));
+    put_recipe("k_norm_huge",
+               dsa_fuzz::recipe_writer{}.fill(index_of("model.layers.2.self_attn.indexer.k_norm.weight"), f32_huge));
+    // Class 2: a config contradicting the checkpoint.
+    put_recipe("no_shared_experts", dsa_fuzz::recipe_writer{}.set_int("n_shared_experts", 0));
+    put_recipe("tied_with_lm_head", dsa_fuzz::recipe_writer{}.set_bool("tie_word_embeddings", true));
+    put_recipe("unused_tensor",
+               dsa_fuzz::recipe_writer{}.add("model.layers.0.mlp.experts.0.gate_proj.weight", dsa::dtype::f8_e4m3, {8, 8}, 0x38));
+    put_recipe("fewer_layers", dsa_fuzz::recipe_writer{}.set_int("num_hidden_layers", 2));
+    // Class 6: text that must be echoed escaped and bounded.
+    put_recipe("model_type_escapes", dsa_fuzz::recipe_writer{}.set_string("model_type", "deepseek\x1b[2J\xc2\x9b" "31m"));
+    put_recipe("long_tensor_name", dsa_fuzz::recipe_writer{}.add(std::string(3000, 'w') + "\x1b]0;x\x07", dsa::dtype::f32, {2}, 0));
   }
   return 0;
 }

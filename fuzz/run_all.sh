@@ -11,7 +11,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build/fuzz}"
 seconds="${2:-${DSA_FUZZ_SECONDS:-60}}"
-targets=(ops safetensors checkpoint_index config golden)
+targets=(ops safetensors checkpoint_index config golden model)
 
 status=0
 for t in "${targets[@]}"; do

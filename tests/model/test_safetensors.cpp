@@ -535,3 +535,21 @@ TEST_CASE("sharded checkpoints") {
                          doctest::Contains("no such file or directory"), dsa::error);
   }
 }
+
+TEST_CASE("write_safetensors refuses names and metadata that JSON cannot hold (found by fuzz_model)") {
+  // A tensor name or metadata string that is not valid UTF-8 made nlohmann::json throw its own
+  // type_error out of the writer instead of a dsa::error.
+  const temp_dir dir;
+  const float v = 1.0f;
+  const auto data = std::as_bytes(std::span<const float>(&v, 1));
+  std::vector<dsa::safetensors_entry> entries = {{std::string("w\x80\xff", 3), dsa::dtype::f32, {1}, data}};
+  CHECK_THROWS_WITH_AS(dsa::write_safetensors(dir / "a.safetensors", entries),
+                       doctest::Contains("expected a name in valid UTF-8"), dsa::error);
+  entries[0].name = "w";
+  CHECK_THROWS_WITH_AS(dsa::write_safetensors(dir / "a.safetensors", entries, {{"k", std::string("\xc0\xaf", 2)}}),
+                       doctest::Contains("expected a key and value in valid UTF-8"), dsa::error);
+  CHECK_FALSE(fs::exists(dir / "a.safetensors"));
+  // Valid UTF-8, control characters included, is written (and echoed escaped when it is refused).
+  entries[0].name = "w\x1b\xc2\x9b\xe6\xbc\xa2";
+  CHECK_NOTHROW(dsa::write_safetensors(dir / "a.safetensors", entries));
+}

@@ -76,6 +76,17 @@ inline void append_escape(std::string& out, char kind, std::uint32_t value, int 
 
 }  // namespace detail
 
+/// True when `text` is entirely valid UTF-8 (what JSON, hence a safetensors header, can hold).
+inline bool is_valid_utf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    std::uint32_t cp = 0;
+    const std::size_t len = detail::utf8_sequence(text, i, cp);
+    if (len == 0) return false;
+    i += len;
+  }
+  return true;
+}
+
 /// `text` with every byte or code point that could drive a terminal or forge a log line written
 /// as an inert escape (see the top of this file); everything else unchanged.
 inline std::string escape_for_terminal(std::string_view text) {

@@ -21,6 +21,7 @@
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/model/nonfinite.hpp"
 #include "dsa/numerics/kv_cache.hpp"
 
 DSA_NAMESPACE_BEGIN

@@ -918,6 +918,10 @@ for (const safetensors_entry& e : entries) {
   }
   if (!names.insert(e.name).second)
     safetensors_detail::st_fail(path, "tensor " + safetensors_detail::quote_name(e.name) + " is given twice");
+  if (!is_valid_utf8(e.name)) {
+    safetensors_detail::st_fail(path, "tensor " + safetensors_detail::quote_name(e.name) +
+                                          ": expected a name in valid UTF-8 (a safetensors header is JSON)");
+  }
   const std::string where = "tensor " + safetensors_detail::quote_name(e.name) + ": ";
   std::uint64_t nbytes = dtype_size(e.type);
   for (index_t d : e.shape) {
@@ -948,6 +952,12 @@ for (const safetensors_entry* e : order) {
                      {"shape", e->shape},
                      {"data_offsets", {offset, offset + e->data.size()}}};
   offset += e->data.size();
+}
+for (const auto& [key, value] : metadata) {
+  if (!is_valid_utf8(key) || !is_valid_utf8(value)) {
+    safetensors_detail::st_fail(path, "metadata " + safetensors_detail::quote_name(key) +
+                                          ": expected a key and value in valid UTF-8 (a safetensors header is JSON)");
+  }
 }
 if (!metadata.empty()) header["__metadata__"] = metadata;
 std::string text = header.dump();
