@@ -3,7 +3,7 @@
 // reached through this thin pimpl, whose interface is plain C++. Every member forwards to the
 // transformer's member of the same name, so the tests exercise the real class.
 //
-// device_sequence (dsa/model/cuda/kv_cache.hpp) and forward_options (dsa/model/forward.hpp) are
+// device_sequence (dsa/model/cuda/device_sequence.hpp) and forward_options (dsa/model/forward.hpp) are
 // plain C++ too, so the tests hold sequences and observers directly.
 #pragma once
 
@@ -18,7 +18,7 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/cuda/backend.hpp"
 #include "dsa/model/config.hpp"
-#include "dsa/model/cuda/kv_cache.hpp"
+#include "dsa/model/cuda/device_sequence.hpp"
 #include "dsa/model/forward.hpp"
 #include "dsa/model/layers/context.hpp"
 

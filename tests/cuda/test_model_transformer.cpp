@@ -41,7 +41,7 @@
 #include "cuda/op_test.hpp"
 #include "dsa/core/backend.hpp"
 #include "dsa/cuda/blas.hpp"
-#include "dsa/model/cuda/kv_cache.hpp"
+#include "dsa/model/cuda/device_sequence.hpp"
 #include "dsa/model/random_checkpoint.hpp"
 #include "dsa/model/safetensors.hpp"
 #include "dsa/model/transformer.hpp"

@@ -1,6 +1,6 @@
 // The host helpers both transformers share (the CPU layers and dsa/model/cuda/): the grouping of
 // MoE assignments by expert (group_by_expert) and the row slices of a checkpoint weight
-// (linear_weight_rows), including their errors.
+// (linear_weight::rows), including their errors.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -53,7 +53,7 @@ TEST_CASE("group_by_expert rejects expert ids outside [0, n_experts)") {
         "dsa::model::moe_forward: expert_ids[0] = -1; expected an expert id in [0, 5)");
 }
 
-TEST_CASE("linear_weight_rows slices FP8 codes with their scale blocks, and bf16 rows") {
+TEST_CASE("linear_weight::rows slices FP8 codes with their scale blocks, and bf16 rows") {
   // FP8 [300, 256]: scales [3, 2]; rows [128, 300) -> codes from row 128, scales from block 1 (2 blocks, the last ragged).
   std::vector<dsa::fp8_e4m3> q(300 * 256);
   std::vector<float> s(3 * 2);

@@ -117,6 +117,11 @@ class nonfinite_watch;
 template <>
 class nonfinite_watch<host_space> {
  public:
+  nonfinite_watch() = default;
+  /// For any host backend (the device watch takes its backend's stream).
+  template <class Backend>
+  explicit nonfinite_watch(const Backend&) {}
+
   /// The layer being run (set by the transformer before each layer).
   index_t layer = 0;
 

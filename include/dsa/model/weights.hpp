@@ -51,15 +51,19 @@ enum class weight_check : std::uint8_t { finite, none };
 inline constexpr index_t weight_block = 128;
 
 /// A linear layer's weight [out, in]: e4m3 codes with fp32 block multipliers
-/// scale [ceil(out / 128), ceil(in / 128)] (FP8 checkpoints), or bf16 values.
-struct linear_weight {
+/// scale [ceil(out / 128), ceil(in / 128)] (FP8 checkpoints), or bf16 values. The structs of this
+/// file are templates on the memory space: `weights` binds the host ones (views into the mapped
+/// checkpoint), dsa/model/cuda/device_weights.hpp's device_weights the device copies, and the layers
+/// (dsa/model/layers/) take either.
+template <class Space>
+struct basic_linear_weight {
   std::string name;  ///< Hugging Face name of the weight tensor
-  host_view<const fp8_e4m3, 2> q;
-  host_view<const float, 2> scale;
-  host_view<const bf16, 2> w;
+  tensor_view<const fp8_e4m3, 2, Space> q;
+  tensor_view<const float, 2, Space> scale;
+  tensor_view<const bf16, 2, Space> w;
   /// q packed for the CPU kernels (dsa/cpu/packed_fp8_weight.hpp), or null: a CPU transformer
   /// packs its weights when its backend asks (cpu_backend::pack_fp8_weights); rows() slices
-  /// carry no packed copy.
+  /// carry no packed copy. Always null for device weights.
   std::shared_ptr<const packed_fp8_weight> packed;
 
   bool fp8() const { return q.data_handle() != nullptr; }
@@ -68,81 +72,88 @@ struct linear_weight {
 
   /// Output rows [begin, begin + count): a view of the same memory. For FP8 weights `begin` must
   /// be a multiple of 128 (a scale block boundary); the last block may be ragged.
-  linear_weight rows(index_t begin, index_t count) const;
+  basic_linear_weight rows(index_t begin, index_t count) const;
 };
 
-/// linear_weight::rows for any weight type with its members (name, q, scale, w, fp8(),
-/// out_features()): the host weights here and the device copies of dsa/model/cuda/weights.cuh.
-template <class W>
-W linear_weight_rows(const W& src, index_t begin, index_t count) {
-  if (begin < 0 || count < 0 || begin + count > src.out_features()) {
+template <class Space>
+basic_linear_weight<Space> basic_linear_weight<Space>::rows(index_t begin, index_t count) const {
+  if (begin < 0 || count < 0 || begin + count > out_features()) {
     fail("model::linear_weight::rows", "[begin, begin + count)",
          "[" + std::to_string(begin) + ", " + std::to_string(begin + count) + ")",
-         "a range within the " + std::to_string(src.out_features()) + " output rows of " + src.name);
+         "a range within the " + std::to_string(out_features()) + " output rows of " + name);
   }
-  W r;
-  r.name = src.name;
-  if (!src.fp8()) {
-    r.w = decltype(r.w)(src.w.row(begin), {count, src.w.extent(1)}, src.w.strides());
+  basic_linear_weight r;
+  r.name = name;
+  if (!fp8()) {
+    r.w = decltype(r.w)(w.row(begin), {count, w.extent(1)}, w.strides());
     return r;
   }
   if (begin % weight_block != 0) {
-    fail("model::linear_weight::rows", "begin", begin, "a multiple of 128 (an FP8 scale block boundary) for " + src.name);
+    fail("model::linear_weight::rows", "begin", begin, "a multiple of 128 (an FP8 scale block boundary) for " + name);
   }
-  r.q = decltype(r.q)(src.q.row(begin), {count, src.q.extent(1)}, src.q.strides());
+  r.q = decltype(r.q)(q.row(begin), {count, q.extent(1)}, q.strides());
   const index_t b0 = begin / weight_block;
   const index_t nb = (count + weight_block - 1) / weight_block;
-  r.scale = decltype(r.scale)(src.scale.row(b0), {nb, src.scale.extent(1)}, src.scale.strides());
+  r.scale = decltype(r.scale)(scale.row(b0), {nb, scale.extent(1)}, scale.strides());
   return r;
 }
 
-inline linear_weight linear_weight::rows(index_t begin, index_t count) const {
-  return linear_weight_rows(*this, begin, count);
-}
-
 /// The SwiGLU feed-forward of a dense layer, an expert or the shared experts.
-struct mlp_weights {
-  linear_weight gate_proj;  ///< w1 [inter, hidden]
-  linear_weight up_proj;    ///< w3 [inter, hidden]
-  linear_weight down_proj;  ///< w2 [hidden, inter]
+template <class Space>
+struct basic_mlp_weights {
+  basic_linear_weight<Space> gate_proj;  ///< w1 [inter, hidden]
+  basic_linear_weight<Space> up_proj;    ///< w3 [inter, hidden]
+  basic_linear_weight<Space> down_proj;  ///< w2 [hidden, inter]
 };
 
 /// The lightning indexer of one layer.
-struct indexer_weights {
-  linear_weight wq_b;                     ///< [index_n_heads * index_head_dim, q_lora_rank]
-  linear_weight wk;                       ///< [index_head_dim, hidden]
-  host_view<const float, 1> k_norm_weight;  ///< LayerNorm [index_head_dim]
-  host_view<const float, 1> k_norm_bias;
-  host_view<const bf16, 2> weights_proj;  ///< [index_n_heads, hidden], used in fp32
+template <class Space>
+struct basic_indexer_weights {
+  basic_linear_weight<Space> wq_b;                     ///< [index_n_heads * index_head_dim, q_lora_rank]
+  basic_linear_weight<Space> wk;                       ///< [index_head_dim, hidden]
+  tensor_view<const float, 1, Space> k_norm_weight;  ///< LayerNorm [index_head_dim]
+  tensor_view<const float, 1, Space> k_norm_bias;
+  tensor_view<const bf16, 2, Space> weights_proj;  ///< [index_n_heads, hidden], used in fp32
 };
 
 /// Multi-head latent attention of one layer.
-struct attention_weights {
-  linear_weight q_a_proj;                  ///< wq_a [q_lora_rank, hidden]
-  host_view<const float, 1> q_a_layernorm;  ///< q_norm [q_lora_rank]
-  linear_weight q_b_proj;                  ///< wq_b [heads * (nope + rope), q_lora_rank]
-  linear_weight kv_a_proj_with_mqa;        ///< wkv_a [kv_lora_rank + rope, hidden]
-  host_view<const float, 1> kv_a_layernorm; ///< kv_norm [kv_lora_rank]
-  linear_weight kv_b_proj;                 ///< wkv_b [heads * (nope + v), kv_lora_rank]
-  linear_weight o_proj;                    ///< wo [hidden, heads * v]
-  indexer_weights indexer;
+template <class Space>
+struct basic_attention_weights {
+  basic_linear_weight<Space> q_a_proj;                  ///< wq_a [q_lora_rank, hidden]
+  tensor_view<const float, 1, Space> q_a_layernorm;   ///< q_norm [q_lora_rank]
+  basic_linear_weight<Space> q_b_proj;                  ///< wq_b [heads * (nope + rope), q_lora_rank]
+  basic_linear_weight<Space> kv_a_proj_with_mqa;        ///< wkv_a [kv_lora_rank + rope, hidden]
+  tensor_view<const float, 1, Space> kv_a_layernorm;  ///< kv_norm [kv_lora_rank]
+  basic_linear_weight<Space> kv_b_proj;                 ///< wkv_b [heads * (nope + v), kv_lora_rank]
+  basic_linear_weight<Space> o_proj;                    ///< wo [hidden, heads * v]
+  basic_indexer_weights<Space> indexer;
 };
 
 /// The routed experts, their gate and the shared experts of an MoE layer.
-struct moe_weights {
-  host_view<const bf16, 2> gate;   ///< [n_routed_experts, hidden], used in fp32
-  host_view<const float, 1> bias;  ///< e_score_correction_bias [n_routed_experts], or absent
-  std::vector<mlp_weights> experts;
-  std::optional<mlp_weights> shared_experts;  ///< absent when n_shared_experts == 0
+template <class Space>
+struct basic_moe_weights {
+  tensor_view<const bf16, 2, Space> gate;   ///< [n_routed_experts, hidden], used in fp32
+  tensor_view<const float, 1, Space> bias;  ///< e_score_correction_bias [n_routed_experts], or absent
+  std::vector<basic_mlp_weights<Space>> experts;
+  std::optional<basic_mlp_weights<Space>> shared_experts;  ///< absent when n_shared_experts == 0
 };
 
-struct layer_weights {
-  host_view<const float, 1> input_layernorm;           ///< attn_norm [hidden]
-  host_view<const float, 1> post_attention_layernorm;  ///< ffn_norm [hidden]
-  attention_weights attn;
-  std::optional<mlp_weights> mlp;  ///< dense layers (l < first_k_dense_replace)
-  std::optional<moe_weights> moe;  ///< MoE layers
+template <class Space>
+struct basic_layer_weights {
+  tensor_view<const float, 1, Space> input_layernorm;           ///< attn_norm [hidden]
+  tensor_view<const float, 1, Space> post_attention_layernorm;  ///< ffn_norm [hidden]
+  basic_attention_weights<Space> attn;
+  std::optional<basic_mlp_weights<Space>> mlp;  ///< dense layers (l < first_k_dense_replace)
+  std::optional<basic_moe_weights<Space>> moe;  ///< MoE layers
 };
+
+/// The host structs: views into the mapped checkpoint.
+using linear_weight = basic_linear_weight<host_space>;
+using mlp_weights = basic_mlp_weights<host_space>;
+using indexer_weights = basic_indexer_weights<host_space>;
+using attention_weights = basic_attention_weights<host_space>;
+using moe_weights = basic_moe_weights<host_space>;
+using layer_weights = basic_layer_weights<host_space>;
 
 /// Every tensor of the forward pass, bound from one checkpoint. Move-only: it owns the mapping
 /// its views point into.

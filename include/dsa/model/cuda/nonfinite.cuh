@@ -13,6 +13,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/cuda/backend.hpp"
 #include "dsa/cuda/error.hpp"
 #include "dsa/cuda/launch.cuh"
 #include "dsa/cuda/memory.hpp"
@@ -54,7 +55,7 @@ class nonfinite_watch<device_space> {
   /// The layer being run (set by the transformer before each layer).
   index_t layer = 0;
 
-  explicit nonfinite_watch(cudaStream_t stream) : stream_(stream), word_(1, stream) {
+  explicit nonfinite_watch(const cuda_backend& be) : stream_(be.stream), word_(1, be.stream) {
     DSA_CUDA_CHECK(cudaMemsetAsync(word_.data(), 0xFF, sizeof(unsigned long long), stream_));  // nonfinite_detail::none
   }
 

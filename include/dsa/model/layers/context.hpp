@@ -1,12 +1,12 @@
-// What every layer of the reference forward pass shares: the backend and config, the per-phase
-// wall-clock accounting, the projection through a checkpoint weight (FP8 or bf16), the RoPE
-// configuration derived from config.json, and the row copies that move tensors into caches and
-// concatenations (data movement only: every arithmetic step is a public dsa op).
+// What every layer of the reference forward pass shares, on any backend: the backend and config,
+// the per-phase accounting of time (device time on the GPU: a phase waits for its work), the
+// projection through a checkpoint weight (FP8 or bf16), and the RoPE and routing configurations
+// derived from config.json. Memory and data movement are dsa/model/layers/memory.hpp; every
+// arithmetic step is a public dsa op.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -15,6 +15,7 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/model/config.hpp"
+#include "dsa/model/layers/memory.hpp"
 #include "dsa/model/nonfinite.hpp"
 #include "dsa/model/weights.hpp"
 #include "dsa/numerics/fp8_quant.hpp"
@@ -74,6 +75,28 @@ struct layer_context {
   nonfinite_watch<typename B::memory_space>* watch = nullptr;
 };
 
+/// Charges the time of a scope to one phase; on a backend with a queue (CUDA) it first waits for
+/// the scope's work, so the phase is charged with the time that work took. Do not nest.
+template <class B>
+class layer_timer {
+ public:
+  layer_timer(const layer_context<B>& ctx, phase p) : be_(ctx.be), scope_(ctx.times, p) {}
+  layer_timer(const B& be, phase_times* times, phase p) : be_(be), scope_(times, p) {}
+  ~layer_timer() { layer_memory<B>::wait(be_); }  // scope_ is destroyed (timed) after this
+  layer_timer(const layer_timer&) = delete;
+  layer_timer& operator=(const layer_timer&) = delete;
+
+ private:
+  const B& be_;
+  phase_scope scope_;
+};
+
+/// A new buffer of `count` elements in the backend's memory.
+template <class T, class B>
+layer_buffer<B, T> make_buffer(const layer_context<B>& ctx, index_t count) {
+  return layer_memory<B>::template make<T>(ctx.be, count);
+}
+
 /// The RoPE / YaRN configuration of config.json (DESIGN.md §4).
 inline rope_config rope_config_of(const ::dsa::model::config& c) {
   rope_config r;
@@ -121,8 +144,8 @@ inline layer_settings checked_layer_settings(const ::dsa::model::config& c) {
 /// y = x · W^T through a checkpoint weight: fp8_linear for FP8 weights (DeepSeek's act_quant +
 /// fp8_gemm), linear (fp32 accumulation, one rounding) for bf16 ones.
 template <class B, class XT, class O>
-void project(const layer_context<B>& ctx, tensor_view<XT, 2, typename B::memory_space> x, const linear_weight& w,
-             out_view<B, O, 2> y) {
+void project(const layer_context<B>& ctx, tensor_view<XT, 2, typename B::memory_space> x,
+             const basic_linear_weight<typename B::memory_space>& w, out_view<B, O, 2> y) {
   if (w.fp8()) {
     if constexpr (std::is_same_v<B, cpu_backend>) {
       if (w.packed) {
@@ -134,26 +157,6 @@ void project(const layer_context<B>& ctx, tensor_view<XT, 2, typename B::memory_
   } else {
     linear(ctx.be, x, w.w, y);
   }
-}
-
-/// dst = src element for element (same extents; rows may be strided, inner dims contiguous).
-template <class T, std::size_t R>
-void copy_rows(host_view<const T, R> src, host_view<T, R> dst) {
-  static_assert(R == 2 || R == 3);
-  const index_t inner = src.extent(R - 1);
-  if constexpr (R == 2) {
-    for (index_t i = 0; i < src.extent(0); ++i) std::memcpy(dst.row(i), src.row(i), sizeof(T) * inner);
-  } else {
-    for (index_t i = 0; i < src.extent(0); ++i) {
-      for (index_t j = 0; j < src.extent(1); ++j) std::memcpy(&dst(i, j, 0), &src(i, j, 0), sizeof(T) * inner);
-    }
-  }
-}
-
-/// A [rows, cols] sub-view of a row-major 2-D view.
-template <class T>
-host_view<T, 2> block(host_view<T, 2> v, index_t row0, index_t col0, index_t rows, index_t cols) {
-  return host_view<T, 2>(v.data_handle() + row0 * v.stride(0) + col0, {rows, cols}, {v.stride(0), 1});
 }
 
 }  // namespace model

@@ -1,4 +1,4 @@
-// The lightning indexer of DeepSeek-V3.2 (DESIGN.md §4, reference `Indexer.forward`):
+// The lightning indexer of DeepSeek-V3.2 (docs/design.md "Indexer", reference `Indexer.forward`):
 //   q = wq_b(qr) viewed [t, H, 128], RoPE on its FIRST 64 dims, NON-interleaved (pairs (j, j+32));
 //   k = LayerNorm(wk(x)), RoPE likewise; both Hadamard-rotated (n = 128, scale 128^-0.5) [bf16];
 //   q and k act-quantized 1 x 128; the key codes and scale go to the 132-byte cache rows;
@@ -7,15 +7,17 @@
 //   top-k of each row, k = the width of topk, min(index_topk, start + t) (rows with fewer
 //   positions are -1 padded, which selects exactly what the reference's k = min(index_topk,
 //   positions so far) does once causality is applied).
+// Any backend; `Cache` is the layer cache of the backend's sequence type.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
-#include "dsa/model/kv_cache.hpp"
 #include "dsa/model/layers/context.hpp"
 #include "dsa/model/weights.hpp"
 #include "dsa/ops/fp8_quant.hpp"
@@ -36,69 +38,67 @@ namespace model {
 /// selected positions, ascending and -1 padded, to topk [t, k]: k = min(index_topk, start + t)
 /// (forward_detail::selection_width) selects the same positions as index_topk would.
 /// x [t, hidden] is the attention input (attn_norm output), qr [t, q_lora_rank] the q_norm output.
-template <class B>
-void indexer_forward(const layer_context<B>& ctx, const indexer_weights& w, host_view<const bf16, 2> x,
-                     host_view<const bf16, 2> qr, host_view<const std::int32_t, 1> positions, index_t start,
-                     layer_cache& cache, host_view<std::int32_t, 2> topk) {
+template <class B, class Cache>
+void indexer_forward(const layer_context<B>& ctx, const basic_indexer_weights<typename B::memory_space>& w,
+                     in_view<B, bf16, 2> x, in_view<B, bf16, 2> qr, in_view<B, std::int32_t, 1> positions,
+                     index_t start, Cache& cache, out_view<B, std::int32_t, 2> topk) {
   const auto& c = ctx.cfg;
   const index_t t = x.extent(0), heads = c.index_n_heads, dim = c.index_head_dim, rope = c.qk_rope_head_dim;
   const index_t end = start + t;
   const float hadamard_scale = static_cast<float>(std::pow(static_cast<double>(dim), -0.5));
-  std::vector<float> scores;
-  std::vector<std::int32_t> ranges(static_cast<std::size_t>(2 * t));
+  // Each token's causal range [0, position + 1).
+  std::vector<std::int32_t> host_ranges(static_cast<std::size_t>(2 * t));
+  for (index_t i = 0; i < t; ++i) host_ranges[static_cast<std::size_t>(2 * i + 1)] = static_cast<std::int32_t>(start + i + 1);
+  const auto ranges = layer_memory<B>::upload(ctx.be, std::span<const std::int32_t>(host_ranges));
+  const auto rv = ranges.view({t, index_t{2}});
+  auto scores = make_buffer<float>(ctx, t * end);
   {
-    phase_scope timing(ctx.times, phase::indexer);
+    layer_timer<B> timing(ctx, phase::indexer);
     // Queries [t * H, 128] and the key [t, 128], bf16.
-    std::vector<bf16> q(static_cast<std::size_t>(t * heads * dim));
-    const auto qv = make_view(q.data(), {t, heads * dim});
+    auto q = make_buffer<bf16>(ctx, t * heads * dim);
+    const auto qv = q.view({t, heads * dim});
     project(ctx, qr, w.wq_b, qv);
-    rope_apply(ctx.be, host_view<bf16, 3>(q.data(), {t, heads, rope}, {heads * dim, dim, 1}), positions, ctx.rope,
+    rope_apply(ctx.be, out_view<B, bf16, 3>(q.data(), {t, heads, rope}, {heads * dim, dim, 1}), positions, ctx.rope,
                rope_layout::half);
-    std::vector<bf16> k(static_cast<std::size_t>(t * dim));
-    const auto kv = make_view(k.data(), {t, dim});
+    auto k = make_buffer<bf16>(ctx, t * dim);
+    const auto kv = k.view({t, dim});
     project(ctx, x, w.wk, kv);
-    layer_norm(ctx.be, kv, w.k_norm_weight, w.k_norm_bias, kv, norm_default_eps);  // the reference's LayerNorm: 1e-6
-    rope_apply(ctx.be, host_view<bf16, 3>(k.data(), {t, 1, rope}, {dim, dim, 1}), positions, ctx.rope,
+    layer_norm(ctx.be, in_view<B, bf16, 2>(kv), w.k_norm_weight, w.k_norm_bias, kv, norm_default_eps);  // 1e-6
+    rope_apply(ctx.be, out_view<B, bf16, 3>(k.data(), {t, 1, rope}, {dim, dim, 1}), positions, ctx.rope,
                rope_layout::half);
-    const auto q_rows = make_view(q.data(), {t * heads, dim});
-    hadamard_transform(ctx.be, q_rows, q_rows, hadamard_scale);
-    hadamard_transform(ctx.be, kv, kv, hadamard_scale);
+    const auto q_rows = q.view({t * heads, dim});
+    hadamard_transform(ctx.be, in_view<B, bf16, 2>(q_rows), q_rows, hadamard_scale);
+    hadamard_transform(ctx.be, in_view<B, bf16, 2>(kv), kv, hadamard_scale);
 
     // FP8 codes and 1 x 128 scales; the keys go straight into the cache rows of their positions.
     const index_t groups = dim / 128;
-    std::vector<fp8_e4m3> q8(q.size()), k8(k.size());
-    std::vector<float> qs(static_cast<std::size_t>(t * heads * groups)), ks(static_cast<std::size_t>(t * groups));
+    auto q8 = make_buffer<fp8_e4m3>(ctx, t * heads * dim), k8 = make_buffer<fp8_e4m3>(ctx, t * dim);
+    auto qs = make_buffer<float>(ctx, t * heads * groups), ks = make_buffer<float>(ctx, t * groups);
     const act_quant_config qc{ctx.act_format, 128};
-    act_quant(ctx.be, q_rows, make_view(q8.data(), {t * heads, dim}), make_view(qs.data(), {t * heads, groups}), qc);
-    act_quant(ctx.be, kv, make_view(k8.data(), {t, dim}), make_view(ks.data(), {t, groups}), qc);
+    act_quant(ctx.be, q_rows, q8.view({t * heads, dim}), qs.view({t * heads, groups}), qc);
+    act_quant(ctx.be, kv, k8.view({t, dim}), ks.view({t, groups}), qc);
     const auto keys = cache.index_keys(end);
-    indexer_cache_pack(ctx.be, make_view(static_cast<const fp8_e4m3*>(k8.data()), {t, dim}),
-                       make_view(static_cast<const float*>(ks.data()), {t}), block(keys, start, 0, t, keys.extent(1)));
+    indexer_cache_pack(ctx.be, std::as_const(k8).view({t, dim}), std::as_const(ks).view({t}),
+                       block(keys, start, 0, t, keys.extent(1)));
 
     // Head weights, the q scale folded in.
-    std::vector<float> hw(static_cast<std::size_t>(t * heads));
-    const auto hwv = make_view(hw.data(), {t, heads});
+    auto hw = make_buffer<float>(ctx, t * heads);
+    const auto hwv = hw.view({t, heads});
     linear(ctx.be, x, w.weights_proj, hwv);
     const float head_scale = static_cast<float>(std::pow(static_cast<double>(heads), -0.5));
-    lightning_indexer_weights(ctx.be, hwv, make_view(static_cast<const float*>(qs.data()), {t, heads}), hwv, head_scale,
-                    hadamard_scale);
+    lightning_indexer_weights(ctx.be, in_view<B, float, 2>(hwv), std::as_const(qs).view({t, heads}), hwv, head_scale,
+                              hadamard_scale);
 
-    // Causal index scores over the whole cache (one block of `end` slots: the cache is contiguous).
-    for (index_t i = 0; i < t; ++i) {
-      ranges[static_cast<std::size_t>(2 * i)] = 0;
-      ranges[static_cast<std::size_t>(2 * i + 1)] = positions(i) + 1;
-    }
-    scores.resize(static_cast<std::size_t>(t * end));
-    std::vector<std::int32_t> table(static_cast<std::size_t>(t), 0);
-    lightning_indexer_scores_paged(ctx.be, make_view(static_cast<const fp8_e4m3*>(q8.data()), {t, heads, dim}), hwv,
-                                   host_view<const std::uint8_t, 2>(keys), make_view(table.data(), {t, index_t{1}}),
-                                   end, make_view(static_cast<const std::int32_t*>(ranges.data()), {t, index_t{2}}),
-                                   make_view(scores.data(), {t, end}));
+    // Causal index scores over the whole cache: one block of `end` slots (the cache is contiguous).
+    const std::vector<std::int32_t> host_table(static_cast<std::size_t>(t), 0);
+    const auto table = layer_memory<B>::upload(ctx.be, std::span<const std::int32_t>(host_table));
+    lightning_indexer_scores_paged(ctx.be, std::as_const(q8).view({t, heads, dim}), in_view<B, float, 2>(hwv),
+                                   in_view<B, std::uint8_t, 2>(keys), table.view({t, index_t{1}}), end, rv,
+                                   scores.view({t, end}));
   }
-  if (ctx.watch) ctx.watch->watch_scores(make_view(static_cast<const float*>(scores.data()), {t, end}), start);
-  phase_scope timing(ctx.times, phase::topk);
-  topk_indices(ctx.be, make_view(static_cast<const float*>(scores.data()), {t, end}),
-               make_view(static_cast<const std::int32_t*>(ranges.data()), {t, index_t{2}}), topk.extent(1), topk);
+  if (ctx.watch) ctx.watch->watch_scores(std::as_const(scores).view({t, end}), start);
+  layer_timer<B> timing(ctx, phase::topk);
+  topk_indices(ctx.be, std::as_const(scores).view({t, end}), rv, topk.extent(1), topk);
 }
 
 }  // namespace model

@@ -1,10 +1,16 @@
-// The MoE feed-forward of DeepSeek-V3.2 (DESIGN.md §3.7 and §4): fp32 gate logits, noaux_tc
-// routing with the checkpoint's e_score_correction_bias when it has one, each routed expert run
-// on the tokens routed to it (gathered, so an expert's work is proportional to its tokens), the
-// shared experts on every token, and the fp32 combine in ascending expert id, rounded to bf16.
+// The MoE feed-forward of DeepSeek-V3.2 (docs/design.md "MoE routing" and "FFN"): fp32 gate
+// logits, noaux_tc routing with the checkpoint's e_score_correction_bias when it has one, each
+// routed expert run on the tokens routed to it (gathered, so an expert's work is proportional to
+// its tokens), the shared experts on every token, and the fp32 combine in ascending expert id,
+// rounded to bf16. Any backend: the grouping of (token, slot) assignments by expert runs on the
+// host (group_by_expert), which on the CUDA backend costs one copy of the ids [t, k] to the host
+// per MoE layer.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -64,48 +70,47 @@ inline expert_groups group_by_expert(const std::vector<std::int32_t>& ids, index
 /// y [t, hidden] = MoE(x) for x [t, hidden] bf16; the routed expert ids [t, top_k] also go to
 /// `routed` when it is given (the observer's layer_trace::experts).
 template <class B>
-void moe_forward(const layer_context<B>& ctx, const moe_weights& w, host_view<const bf16, 2> x, host_view<bf16, 2> y,
-                 std::vector<std::int32_t>* routed = nullptr) {
+void moe_forward(const layer_context<B>& ctx, const basic_moe_weights<typename B::memory_space>& w,
+                 in_view<B, bf16, 2> x, out_view<B, bf16, 2> y, std::vector<std::int32_t>* routed = nullptr) {
+  using memory = layer_memory<B>;
   const index_t t = x.extent(0), d = x.extent(1);
   const index_t n_experts = w.gate.extent(0);
   const moe_routing_config rc = moe_routing_config_of(ctx.cfg);
   const index_t k = rc.top_k;
 
-  std::vector<float> logits(static_cast<std::size_t>(t * n_experts));
-  linear(ctx.be, x, w.gate, make_view(logits.data(), {t, n_experts}));
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(t * k));
-  std::vector<float> weights(ids.size());
-  moe_route(ctx.be, make_view(logits.data(), {t, n_experts}), w.bias, make_view(ids.data(), {t, k}),
-            make_view(weights.data(), {t, k}), rc);
+  auto logits = make_buffer<float>(ctx, t * n_experts);
+  linear(ctx.be, x, w.gate, logits.view({t, n_experts}));
+  auto ids = make_buffer<std::int32_t>(ctx, t * k);
+  auto weights = make_buffer<float>(ctx, t * k);
+  moe_route(ctx.be, std::as_const(logits).view({t, n_experts}), w.bias, ids.view({t, k}), weights.view({t, k}), rc);
 
-  const expert_groups g = group_by_expert(ids, t, k, n_experts);
-  if (routed) *routed = ids;
-  const std::vector<index_t>& count = g.count;
-  const std::vector<index_t>& offset = g.offset;
-  const std::vector<std::int32_t>& rows = g.rows;
-  const std::vector<std::int32_t>& token_of = g.token_of;
+  std::vector<std::int32_t> ids_host = memory::to_host(ctx.be, std::as_const(ids).view({t * k}));
+  const expert_groups g = group_by_expert(ids_host, t, k, n_experts);
+  if (routed) *routed = std::move(ids_host);
+  const auto rows = memory::upload(ctx.be, std::span<const std::int32_t>(g.rows));
+  const auto token_of = memory::upload(ctx.be, std::span<const std::int32_t>(g.token_of));
 
-  std::vector<bf16> expert_out(static_cast<std::size_t>(t * k * d));
-  std::vector<bf16> xe;
+  auto expert_out = make_buffer<bf16>(ctx, t * k * d);
+  const index_t most = n_experts > 0 ? *std::max_element(g.count.begin(), g.count.end()) : 0;
+  auto xe = make_buffer<bf16>(ctx, most * d);
   for (index_t e = 0; e < n_experts; ++e) {
-    const index_t n = count[static_cast<std::size_t>(e)];
+    const index_t n = g.count[static_cast<std::size_t>(e)];
     if (n == 0) continue;
-    xe.resize(static_cast<std::size_t>(n * d));
-    gather_rows(ctx.be, x, make_view(token_of.data() + offset[e], {index_t{1}, n}), make_view(xe.data(), {index_t{1}, n, d}));
-    mlp_forward(ctx, w.experts[static_cast<std::size_t>(e)], make_view(static_cast<const bf16*>(xe.data()), {n, d}),
-                make_view(expert_out.data() + offset[e] * d, {n, d}));
+    const in_view<B, std::int32_t, 2> sel(token_of.data() + g.offset[static_cast<std::size_t>(e)], {1, n});
+    gather_rows(ctx.be, x, sel, xe.view({1, n, d}));
+    mlp_forward(ctx, w.experts[static_cast<std::size_t>(e)], std::as_const(xe).view({n, d}),
+                out_view<B, bf16, 2>(expert_out.data() + g.offset[static_cast<std::size_t>(e)] * d, {n, d}));
   }
 
-  host_view<const bf16, 2> shared;
-  std::vector<bf16> shared_out;
+  in_view<B, bf16, 2> shared;
+  layer_buffer<B, bf16> shared_out;
   if (w.shared_experts) {
-    shared_out.resize(static_cast<std::size_t>(t * d));
-    mlp_forward(ctx, *w.shared_experts, x, make_view(shared_out.data(), {t, d}));
-    shared = make_view(static_cast<const bf16*>(shared_out.data()), {t, d});
+    shared_out = make_buffer<bf16>(ctx, t * d);
+    mlp_forward(ctx, *w.shared_experts, x, shared_out.view({t, d}));
+    shared = std::as_const(shared_out).view({t, d});
   }
-  moe_combine(ctx.be, make_view(static_cast<const bf16*>(expert_out.data()), {t * k, d}),
-              make_view(static_cast<const std::int32_t*>(rows.data()), {t, k}),
-              make_view(static_cast<const float*>(weights.data()), {t, k}), shared, y);
+  moe_combine(ctx.be, std::as_const(expert_out).view({t * k, d}), std::as_const(rows).view({t, k}),
+              std::as_const(weights).view({t, k}), shared, y);
 }
 
 }  // namespace model

@@ -35,57 +35,13 @@
 DSA_NAMESPACE_BEGIN
 namespace model {
 
-/// linear_weight on the device: e4m3 codes and fp32 block multipliers, or bf16 values.
-struct device_linear_weight {
-  std::string name;  ///< Hugging Face name of the weight tensor
-  device_view<const fp8_e4m3, 2> q;
-  device_view<const float, 2> scale;
-  device_view<const bf16, 2> w;
-
-  bool fp8() const { return q.data_handle() != nullptr; }
-  index_t out_features() const { return fp8() ? q.extent(0) : w.extent(0); }
-  index_t in_features() const { return fp8() ? q.extent(1) : w.extent(1); }
-  /// Output rows [begin, begin + count), as linear_weight::rows.
-  device_linear_weight rows(index_t begin, index_t count) const { return linear_weight_rows(*this, begin, count); }
-};
-
-struct device_mlp_weights {
-  device_linear_weight gate_proj, up_proj, down_proj;
-};
-
-struct device_indexer_weights {
-  device_linear_weight wq_b;
-  device_linear_weight wk;
-  device_view<const float, 1> k_norm_weight;
-  device_view<const float, 1> k_norm_bias;
-  device_view<const bf16, 2> weights_proj;
-};
-
-struct device_attention_weights {
-  device_linear_weight q_a_proj;
-  device_view<const float, 1> q_a_layernorm;
-  device_linear_weight q_b_proj;
-  device_linear_weight kv_a_proj_with_mqa;
-  device_view<const float, 1> kv_a_layernorm;
-  device_linear_weight kv_b_proj;
-  device_linear_weight o_proj;
-  device_indexer_weights indexer;
-};
-
-struct device_moe_weights {
-  device_view<const bf16, 2> gate;
-  device_view<const float, 1> bias;  ///< absent when the checkpoint has no e_score_correction_bias
-  std::vector<device_mlp_weights> experts;
-  std::optional<device_mlp_weights> shared_experts;
-};
-
-struct device_layer_weights {
-  device_view<const float, 1> input_layernorm;
-  device_view<const float, 1> post_attention_layernorm;
-  device_attention_weights attn;
-  std::optional<device_mlp_weights> mlp;
-  std::optional<device_moe_weights> moe;
-};
+/// The weight structs of dsa/model/weights.hpp with device views.
+using device_linear_weight = basic_linear_weight<device_space>;
+using device_mlp_weights = basic_mlp_weights<device_space>;
+using device_indexer_weights = basic_indexer_weights<device_space>;
+using device_attention_weights = basic_attention_weights<device_space>;
+using device_moe_weights = basic_moe_weights<device_space>;
+using device_layer_weights = basic_layer_weights<device_space>;
 
 /// The device copy of a `weights`. Move-only: it owns the arena its views point into.
 class device_weights {
@@ -140,7 +96,7 @@ class device_weights {
 
   template <class Upload>
   static device_linear_weight upload(Upload& up, const linear_weight& l) {
-    device_linear_weight d;
+    device_linear_weight d;  // no packed copy: that is the CPU kernels' layout
     d.name = l.name;
     d.q = upload(up, l.q);
     d.scale = upload(up, l.scale);

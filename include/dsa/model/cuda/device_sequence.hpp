@@ -1,5 +1,5 @@
 // dsa::model::device_sequence: the per-sequence state of the reference forward pass on the CUDA
-// backend, with the caches of dsa::model::sequence (dsa/model/kv_cache.hpp) in device memory:
+// backend, with the caches of dsa::model::sequence (dsa/model/sequence.hpp) in device memory:
 // per layer the MLA rows [positions, kv_lora_rank + qk_rope_head_dim] bf16 (the latent after
 // kv_norm and its FP8 round trip, then k_pe after RoPE) and the 132-byte indexer key rows.
 //
@@ -24,7 +24,7 @@
 #include "dsa/core/types.hpp"
 #include "dsa/cuda/error.hpp"
 #include "dsa/cuda/memory.hpp"
-#include "dsa/model/kv_cache.hpp"
+#include "dsa/model/sequence.hpp"
 #include "dsa/numerics/kv_cache.hpp"
 
 DSA_NAMESPACE_BEGIN
