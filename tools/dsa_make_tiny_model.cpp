@@ -5,12 +5,15 @@
 //
 // Defaults are the golden tiny model's sizes (tests/data/tiny-dsv32); the generator is
 // dsa::model::write_random_checkpoint (include/dsa/model/random_checkpoint.hpp).
-// Exit codes: 0 written; 2 usage error, invalid configuration or I/O error.
+// Exit codes: 0 written; 2 usage error, invalid configuration, a checkpoint larger than --max-gb
+// or than this machine's memory can generate, or I/O error. Sizes are checked, from the options
+// alone, before anything is allocated or written.
 #include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -18,6 +21,11 @@
 #include "dsa/model/random_checkpoint.hpp"
 
 namespace {
+
+/// --max-gb's default: ten times the largest checkpoint the documentation writes (V3.2's layer
+/// geometry at 2 layers, 5.96 GB), so no documented use needs the flag while a size typed
+/// 1000 times too large is caught before it fills the disk.
+constexpr std::int64_t default_max_gb = 64;
 
 const char* const usage_text =
     "usage: dsa_make_tiny_model DIR [--seed N] [size options]\n"
@@ -54,6 +62,8 @@ const char* const usage_text =
     "  --max-position N       max_position_embeddings; > 4096 turns YaRN on (8192)\n"
     "  --threads N            threads for the generation and quantization (default: all)\n"
     "  --shard-mb N           write shards (one per layer) when the tensors exceed N MiB (4096)\n"
+    "  --max-gb N             refuse a checkpoint whose tensors exceed N GiB (64): a typo in a size\n"
+    "                         must not fill the disk; raise it to write a larger model on purpose\n"
     "  -h, --help             this text\n";
 
 }  // namespace
@@ -67,6 +77,7 @@ int main(int argc, char** argv) {
     std::uint64_t seed = 1;
     int threads = 0;
     std::int64_t shard_mb = static_cast<std::int64_t>(dsa::model::random_checkpoint_shard_bytes >> 20);
+    std::int64_t max_gb = default_max_gb;
     fs::path dir;
     for (int i = 1; i < argc; ++i) {
       const std::string_view a = argv[i];
@@ -75,7 +86,7 @@ int main(int argc, char** argv) {
         return 0;
       }
       if (a.size() > 1 && a[0] == '-') {
-        if (i + 1 >= argc) throw dsa_tools::usage_error{std::string(a) + " needs a value"};
+        if (i + 1 >= argc) throw dsa_tools::usage_error{dsa::quoted(a) + " needs a value"};
         const std::string_view v = argv[++i];
         auto size = [&](dsa::index_t& field, std::int64_t lo) { field = parse_int(a, v, lo, big); };
         if (a == "--seed") {
@@ -105,6 +116,8 @@ int main(int argc, char** argv) {
           size(cfg.v_head_dim, 1);
         } else if (a == "--shard-mb") {
           shard_mb = parse_int(a, v, 1, std::int64_t{1} << 40);
+        } else if (a == "--max-gb") {
+          max_gb = parse_int(a, v, 1, std::int64_t{1} << 33);  // << 30 stays below 2^64
         } else if (a == "--experts") {
           size(cfg.n_routed_experts, 1);
         } else if (a == "--groups") {
@@ -126,23 +139,43 @@ int main(int argc, char** argv) {
         } else if (a == "--threads") {
           threads = static_cast<int>(parse_int(a, v, 1, 4096));
         } else {
-          throw dsa_tools::usage_error{"unknown option " + std::string(a)};
+          throw dsa_tools::usage_error{"unknown option " + dsa::quoted(a)};
         }
         continue;
       }
-      if (!dir.empty()) throw dsa_tools::usage_error{"more than one DIR: '" + dir.string() + "' and '" + std::string(a) + "'"};
+      if (!dir.empty()) {
+        throw dsa_tools::usage_error{"more than one DIR: " + dsa::quoted(dir.native()) + " and " + dsa::quoted(a)};
+      }
       dir = a;
     }
     if (dir.empty()) throw dsa_tools::usage_error{"missing DIR"};
     // The loader's own checks (config::validate), so that no model it would refuse is written.
     cfg.validate("dsa_make_tiny_model");
-    dsa::model::write_random_checkpoint(dir, cfg, seed, dsa::cpu_backend{threads},
-                                        static_cast<std::uint64_t>(shard_mb) << 20);
+    const dsa::cpu_backend be{threads};
+    const std::uint64_t shard_bytes = static_cast<std::uint64_t>(shard_mb) << 20;
+    // The size of every tensor from the options alone (checked 64-bit sums), against --max-gb,
+    // before anything is allocated: --vocab 16777216 --hidden 7168 once started building a
+    // 240 GB embedding and died out of memory. write_random_checkpoint then checks the memory
+    // the generation holds against this machine's (random_checkpoint_memory_limit).
+    const dsa::model::random_checkpoint_footprint size = dsa::model::random_checkpoint_size(cfg, be, shard_bytes);
+    const std::uint64_t max_bytes = static_cast<std::uint64_t>(max_gb) << 30;
+    if (size.overflow || size.total_bytes > max_bytes) {
+      namespace rc = dsa::model::random_checkpoint_detail;
+      std::string m = "checkpoint size = " + rc::format_bytes(size.total_bytes, size.overflow);
+      if (!size.overflow) {
+        m += ", its largest unit (" + size.largest_unit + ") " + rc::format_bytes(size.largest_unit_bytes, false);
+      }
+      m += "; expected at most " + std::to_string(max_gb) + " GiB (--max-gb " + std::to_string(max_gb) + "): ";
+      m += size.overflow ? "reduce the sizes" : "pass a larger --max-gb to write a checkpoint this size on purpose";
+      throw std::runtime_error(m);
+    }
+    dsa::model::write_random_checkpoint(dir, cfg, seed, be, shard_bytes);
     // What the loader will read: the index's shards, or the single file.
     const auto ck = dsa::safetensors_checkpoint::open(dir);
     std::uint64_t bytes = 0;
     for (const auto& shard : ck.shards()) bytes += fs::file_size(shard.path());
-    std::cout << "wrote " << (dir / "config.json").string() << " and " << ck.path().string();
+    std::cout << "wrote " << dsa::detail::quoted_path(dir / "config.json") << " and "
+              << dsa::detail::quoted_path(ck.path());
     if (ck.shards().size() > 1) std::cout << " (" << ck.shards().size() << " shards)";
     std::cout << " (" << bytes << " bytes, seed " << seed << ")\n" << cfg.to_string() << "\n";
     return 0;

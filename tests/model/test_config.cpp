@@ -400,7 +400,7 @@ TEST_CASE("config: validate() on a hand-built config") {
   c = parse(v32());
   c.model_type = "deepseek_v3";
   CHECK_THROWS_WITH_AS(c.validate("mine"),
-                       doctest::Contains("mine: model_type = \"deepseek_v3\"; expected \"deepseek_v32\""), dsa::error);
+                       doctest::Contains("mine: model_type = 'deepseek_v3'; expected \"deepseek_v32\""), dsa::error);
 }
 
 TEST_CASE("config: model_type") {
@@ -408,11 +408,11 @@ TEST_CASE("config: model_type") {
     json j = v32();
     j["model_type"] = t;
     CHECK_REJECTS(j,
-                  std::string("dsa::model::config: v32.json: model_type = \"") + t + "\"; expected \"deepseek_v32\"");
+                  std::string("dsa::model::config: v32.json: model_type = '") + t + "'; expected \"deepseek_v32\"");
   }
   // A foreign config is reported by its type, not by its first missing V3.2 key.
   CHECK_REJECTS((json{{"model_type", "llama"}, {"hidden_size", 4096}}),
-                "model_type = \"llama\"; expected \"deepseek_v32\"");
+                "model_type = 'llama'; expected \"deepseek_v32\"");
   json j = v32();
   j.erase("model_type");
   CHECK_REJECTS(j, "v32.json: model_type = <missing>; expected a string (a required key)");
@@ -483,14 +483,14 @@ TEST_CASE("config: wrong JSON types") {
     return j;
   };
   CHECK_REJECTS(with("hidden_size", "7168"),
-                "dsa::model::config: v32.json: hidden_size = \"7168\"; expected an integer");
+                "dsa::model::config: v32.json: hidden_size = '7168'; expected an integer");
   CHECK_REJECTS(with("hidden_size", 7168.0), "v32.json: hidden_size = 7168.0; expected an integer");
   CHECK_REJECTS(with("hidden_size", true), "v32.json: hidden_size = true; expected an integer");
   CHECK_REJECTS(with("num_hidden_layers", json::array({61})),
                 "v32.json: num_hidden_layers = [61]; expected an integer");
   CHECK_REJECTS(with("vocab_size", json::parse("18446744073709551615")),
                 "v32.json: vocab_size = 18446744073709551615; expected an integer in the int64 range");
-  CHECK_REJECTS(with("routed_scaling_factor", "2.5"), "v32.json: routed_scaling_factor = \"2.5\"; expected a number");
+  CHECK_REJECTS(with("routed_scaling_factor", "2.5"), "v32.json: routed_scaling_factor = '2.5'; expected a number");
   CHECK_REJECTS(with("rms_norm_eps", 1e300),
                 "v32.json: rms_norm_eps = 1e+300; expected a finite number in the fp32 range");
   CHECK_REJECTS(with("norm_topk_prob", 1), "v32.json: norm_topk_prob = 1; expected true or false");
@@ -500,13 +500,13 @@ TEST_CASE("config: wrong JSON types") {
   CHECK_REJECTS(with("quantization_config", json::array()),
                 "v32.json: quantization_config = []; expected a JSON object or null");
   CHECK_REJECTS(with("tie_word_embeddings", "false"),
-                "v32.json: tie_word_embeddings = \"false\"; expected true or false");
+                "v32.json: tie_word_embeddings = 'false'; expected true or false");
   CHECK_REJECTS(with("eos_token_id", json::array({1, 2})), "v32.json: eos_token_id = [1,2]; expected an integer");
   CHECK_REJECTS(with("torch_dtype", 16), "v32.json: torch_dtype = 16; expected a string");
 
   json r = v32();
   r["rope_scaling"]["factor"] = "40";
-  CHECK_REJECTS(r, "v32.json: rope_scaling.factor = \"40\"; expected a number");
+  CHECK_REJECTS(r, "v32.json: rope_scaling.factor = '40'; expected a number");
   r = v32();
   r["rope_scaling"]["original_max_position_embeddings"] = 4096.5;
   CHECK_REJECTS(r, "v32.json: rope_scaling.original_max_position_embeddings = 4096.5; expected an integer");
@@ -515,7 +515,9 @@ TEST_CASE("config: wrong JSON types") {
                          json::array({128.0, 128})}) {
     json q = v32();
     q["quantization_config"]["weight_block_size"] = bs;
-    CHECK_REJECTS(q, "v32.json: quantization_config.weight_block_size = " + bs.dump() + "; expected [128, 128]");
+    // A string is shown quoted, like every text from the file; numbers and arrays of them as they are.
+    const std::string shown = bs.is_string() ? "'" + bs.get<std::string>() + "'" : bs.dump();
+    CHECK_REJECTS(q, "v32.json: quantization_config.weight_block_size = " + shown + "; expected [128, 128]");
   }
 
   CHECK_THROWS_WITH_AS(config::from_json(json::array({v32()}), "arr.json"),
@@ -598,8 +600,8 @@ TEST_CASE("config: sizes that allocations follow have documented bounds, named i
   j["num_hidden_layers"] = 1'000'000'000;
   const fs::path file = tmp.write("config.json", j.dump());
   CHECK_THROWS_WITH_AS(config::load(tmp.path),
-                       doctest::Contains(("dsa::model::config: " + file.string() +
-                                          ": num_hidden_layers = 1000000000; expected a positive integer <= 1024")
+                       doctest::Contains(("dsa::model::config: '" + file.string() +
+                                          "': num_hidden_layers = 1000000000; expected a positive integer <= 1024")
                                              .c_str()),
                        dsa::error);
   // A hand-built config (what dsa_make_tiny_model validates before writing) is held to the same.
@@ -636,16 +638,16 @@ TEST_CASE("config: inconsistent MoE routing") {
 
   j = v32();
   j["scoring_func"] = "softmax";
-  CHECK_REJECTS(j, "v32.json: scoring_func = \"softmax\"; expected \"sigmoid\"");
+  CHECK_REJECTS(j, "v32.json: scoring_func = 'softmax'; expected \"sigmoid\"");
   j = v32();
   j["topk_method"] = "group_limited_greedy";
-  CHECK_REJECTS(j, "v32.json: topk_method = \"group_limited_greedy\"; expected \"noaux_tc\"");
+  CHECK_REJECTS(j, "v32.json: topk_method = 'group_limited_greedy'; expected \"noaux_tc\"");
   j = v32();
   j["routed_scaling_factor"] = 0;
   CHECK_REJECTS(j, "v32.json: routed_scaling_factor = 0; expected a positive number");
   j = v32();
   j["hidden_act"] = "gelu";
-  CHECK_REJECTS(j, "v32.json: hidden_act = \"gelu\"; expected \"silu\"");
+  CHECK_REJECTS(j, "v32.json: hidden_act = 'gelu'; expected \"silu\"");
   j = v32();
   j["moe_layer_freq"] = 2;
   CHECK_REJECTS(j, "v32.json: moe_layer_freq = 2; expected 1");
@@ -708,10 +710,10 @@ TEST_CASE("config: inconsistent attention shapes") {
 
   j = v32();
   j["torch_dtype"] = "int8";
-  CHECK_REJECTS(j, "v32.json: torch_dtype = \"int8\"; expected \"bfloat16\", \"float16\" or \"float32\"");
+  CHECK_REJECTS(j, "v32.json: torch_dtype = 'int8'; expected \"bfloat16\", \"float16\" or \"float32\"");
   j = v32();
   j["dtype"] = "float32";
-  CHECK_REJECTS(j, "v32.json: dtype = \"float32\"; expected the same value as torch_dtype = \"bfloat16\"");
+  CHECK_REJECTS(j, "v32.json: dtype = 'float32'; expected the same value as torch_dtype = 'bfloat16'");
 }
 
 TEST_CASE("config: rope_scaling") {
@@ -721,10 +723,10 @@ TEST_CASE("config: rope_scaling") {
     return j;
   };
   CHECK_REJECTS(with("type", "linear"),
-                "dsa::model::config: v32.json: rope_scaling.type = \"linear\"; expected \"yarn\"");
+                "dsa::model::config: v32.json: rope_scaling.type = 'linear'; expected \"yarn\"");
   CHECK_REJECTS(
       with("rope_type", "dynamic"),
-      "v32.json: rope_scaling.rope_type = \"dynamic\"; expected the same value as rope_scaling.type = \"yarn\"");
+      "v32.json: rope_scaling.rope_type = 'dynamic'; expected the same value as rope_scaling.type = 'yarn'");
   CHECK_REJECTS(with("factor", 0.5), "v32.json: rope_scaling.factor = 0.5; expected a number >= 1");
   CHECK_REJECTS(with("factor", -40), "v32.json: rope_scaling.factor = -40; expected a number >= 1");
   CHECK_REJECTS(with("beta_slow", 0), "v32.json: rope_scaling.beta_slow = 0; expected a positive number");
@@ -746,12 +748,12 @@ TEST_CASE("config: quantization_config") {
     return j;
   };
   CHECK_REJECTS(with("quant_method", "gptq"),
-                "dsa::model::config: v32.json: quantization_config.quant_method = \"gptq\"; expected \"fp8\"");
-  CHECK_REJECTS(with("fmt", "e5m2"), "v32.json: quantization_config.fmt = \"e5m2\"; expected \"e4m3\"");
+                "dsa::model::config: v32.json: quantization_config.quant_method = 'gptq'; expected \"fp8\"");
+  CHECK_REJECTS(with("fmt", "e5m2"), "v32.json: quantization_config.fmt = 'e5m2'; expected \"e4m3\"");
   CHECK_REJECTS(with("activation_scheme", "static"),
-                "v32.json: quantization_config.activation_scheme = \"static\"; expected \"dynamic\"");
+                "v32.json: quantization_config.activation_scheme = 'static'; expected \"dynamic\"");
   CHECK_REJECTS(with("scale_fmt", "fp32"),
-                "v32.json: quantization_config.scale_fmt = \"fp32\"; expected \"ue8m0\", or the key absent");
+                "v32.json: quantization_config.scale_fmt = 'fp32'; expected \"ue8m0\", or the key absent");
   CHECK_REJECTS(with("weight_block_size", json::array({64, 128})),
                 "v32.json: quantization_config.weight_block_size = [64, 128]; expected [128, 128]");
   CHECK_REJECTS(with("weight_block_size", json::array({128, 256})),
@@ -786,16 +788,16 @@ TEST_CASE("config: load() failures") {
 
   const fs::path missing = tmp.path / "nope.json";
   CHECK_THROWS_WITH_AS(config::load(missing),
-                       doctest::Contains(("dsa::model::config: " + missing.string() +
-                                          ": file = <not found>; expected an existing config.json")
+                       doctest::Contains(("dsa::model::config: '" + missing.string() +
+                                          "': file = <not found>; expected an existing config.json")
                                              .c_str()),
                        dsa::error);
 
   const fs::path empty_dir = tmp.path / "model";
   fs::create_directories(empty_dir);
   CHECK_THROWS_WITH_AS(config::load(empty_dir),
-                       ("dsa::model::config: " + (empty_dir / "config.json").string() +
-                        ": file = <not found>; expected a config.json in the directory " + empty_dir.string())
+                       ("dsa::model::config: '" + (empty_dir / "config.json").string() +
+                        "': file = <not found>; expected a config.json in the directory '" + empty_dir.string() + "'")
                            .c_str(),
                        dsa::error);
 
@@ -804,12 +806,14 @@ TEST_CASE("config: load() failures") {
                        doctest::Contains("file = <a directory>; expected a config.json file"), dsa::error);
 
   CHECK_THROWS_WITH_AS(config::load("/dev/null"),
-                       "dsa::model::config: /dev/null: file = <not a regular file>; expected a config.json file",
+                       "dsa::model::config: '/dev/null': file = <not a regular file>; expected a config.json file",
                        dsa::error);
 
   const fs::path bad = tmp.write("bad.json", "{\"model_type\": \"deepseek_v32\",\n  \"hidden_size\": 7168,,}");
   CHECK_THROWS_WITH_AS(config::load(bad),
-                       doctest::Contains(("dsa::model::config: " + bad.string() + ": JSON = ").c_str()), dsa::error);
+                       doctest::Contains(
+                           ("dsa::model::config: '" + bad.string() + "': JSON = 'parse error at line 2").c_str()),
+                       dsa::error);
   CHECK_THROWS_WITH_AS(config::load(bad), doctest::Contains("line 2"), dsa::error);
   CHECK_THROWS_WITH_AS(config::load(bad), doctest::Contains("; expected a valid JSON document"), dsa::error);
 
@@ -823,7 +827,7 @@ TEST_CASE("config: load() failures") {
   CHECK_THROWS_WITH_AS(
       config::load(array),
       doctest::Contains(
-          ("dsa::model::config: " + array.string() + ": top-level value = array; expected a JSON object").c_str()),
+          ("dsa::model::config: '" + array.string() + "': top-level value = array; expected a JSON object").c_str()),
       dsa::error);
 
   std::string dup = v32_text;
@@ -832,12 +836,13 @@ TEST_CASE("config: load() failures") {
   CHECK_THROWS_WITH_AS(
       config::load(twice),
       doctest::Contains(
-          ("dsa::model::config: " + twice.string() + ": vocab_size = <given twice>; expected each key once").c_str()),
+          ("dsa::model::config: '" + twice.string() + "': key 'vocab_size' = <given twice>; expected each key once")
+              .c_str()),
       dsa::error);
   std::string dup_nested = v32_text;
   dup_nested.insert(dup_nested.find("\"factor\""), "\"factor\": 4,\n    ");
   CHECK_THROWS_WITH_AS(config::load(tmp.write("twice_nested.json", dup_nested)),
-                       doctest::Contains("factor = <given twice>"), dsa::error);
+                       doctest::Contains("key 'factor' = <given twice>"), dsa::error);
 
   // Deep nesting is refused while parsing (an error naming the bound, never a stack overflow
   // when the value is later printed or destroyed), at the top and as the value of a key.
@@ -869,10 +874,87 @@ TEST_CASE("config: load() failures") {
   const fs::path inconsistent = tmp.write("inconsistent.json", j.dump());
   CHECK_THROWS_WITH_AS(
       config::load(inconsistent),
-      ("dsa::model::config: " + inconsistent.string() + ": n_routed_experts = 256; expected a multiple of n_group = 7")
+      ("dsa::model::config: '" + inconsistent.string() +
+       "': n_routed_experts = 256; expected a multiple of n_group = 7")
           .c_str(),
       dsa::error);
 
   tmp.write("config.json", v32_text);
   CHECK(config::load(tmp.path) == parse(v32()));
+}
+
+TEST_CASE("config: a checkpoint's config.json must not link outside its directory (issue 33)") {
+  // A downloaded checkpoint whose config.json links to a private file: reading it would put the
+  // file's first bytes in the parse error. Refused before it is opened.
+  temp_dir outside, ckpt;
+  const fs::path secret = outside.write("id_rsa", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n");
+  fs::create_symlink(secret, ckpt.path / "config.json");
+  try {
+    config::load(ckpt.path);
+    FAIL("a config.json linking outside the checkpoint was read");
+  } catch (const dsa::error& e) {
+    const std::string m = e.what();
+    CAPTURE(m);
+    CHECK(m.find("dsa::model::config: '" + (ckpt.path / "config.json").string() + "': real path = '" +
+                 secret.string() + "'; expected a file inside the checkpoint directory '" + ckpt.path.string() +
+                 "'") == 0);
+    CHECK(m.find("BEGIN") == std::string::npos);
+    CHECK(m.find("b3Blbn") == std::string::npos);
+  }
+  // A link to a device or a FIFO outside is refused the same way, before it could block.
+  fs::remove(ckpt.path / "config.json");
+  fs::create_symlink("/dev/zero", ckpt.path / "config.json");
+  CHECK_THROWS_WITH_AS(config::load(ckpt.path), doctest::Contains("real path = '/dev/zero'"), dsa::error);
+  // Links inside the directory are fine, and so is the Hugging Face hub cache's layout.
+  fs::remove(ckpt.path / "config.json");
+  ckpt.write("real-config.json", v32_text);
+  fs::create_symlink("real-config.json", ckpt.path / "config.json");
+  CHECK(config::load(ckpt.path) == parse(v32()));
+  temp_dir repo;
+  fs::create_directories(repo.path / "blobs");
+  fs::create_directories(repo.path / "snapshots" / "5eed");
+  repo.write("blobs/9f86d081", v32_text);
+  fs::create_symlink("../../blobs/9f86d081", repo.path / "snapshots" / "5eed" / "config.json");
+  CHECK(config::load(repo.path / "snapshots" / "5eed") == parse(v32()));
+  // A file the caller names itself is read as named: the caller chose it.
+  fs::remove(ckpt.path / "config.json");
+  fs::create_symlink(outside.write("mine.json", v32_text), ckpt.path / "config.json");
+  CHECK_THROWS_WITH_AS(config::load(ckpt.path), doctest::Contains("real path = "), dsa::error);
+  CHECK(config::load(ckpt.path / "config.json") == parse(v32()));
+}
+
+TEST_CASE("config: file-supplied text in messages is quoted and bounded (issue 33)") {
+  temp_dir tmp;
+  // A 15 MiB model_type (the file may be up to 16 MiB) was printed whole.
+  json j = v32();
+  j["model_type"] = std::string(std::size_t{15} << 20, 'q') + "\x1b]0;owned\x07";
+  const fs::path file = tmp.write("big.json", j.dump());
+  try {
+    config::load(file);
+    FAIL("a 15 MiB model_type was accepted");
+  } catch (const dsa::error& e) {
+    const std::string m = e.what();
+    CHECK(m.size() < 1024);
+    CHECK(m.find("model_type = 'qqqq") != std::string::npos);
+    CHECK(m.find("... (15728650 bytes in all); expected \"deepseek_v32\"") != std::string::npos);
+  }
+  // A duplicate key with a terminal escape: quoted, escaped.
+  const fs::path dup = tmp.write("dup.json", "{\"\\u001b[2J\": 1, \"\\u001b[2J\": 2}");
+  CHECK_THROWS_WITH_AS(config::load(dup), doctest::Contains("key '\\x1b[2J' = <given twice>"), dsa::error);
+  // An unterminated 1 MiB string: the parser's message quotes its last token, cut.
+  const fs::path open_string = tmp.write("open.json", "{\"model_type\": \"" + std::string(1 << 20, 'z'));
+  try {
+    config::load(open_string);
+    FAIL("an unterminated string parsed");
+  } catch (const dsa::error& e) {
+    const std::string m = e.what();
+    CHECK(m.size() < 1024);
+    CHECK(m.find("JSON = 'parse error") != std::string::npos);
+    CHECK(m.find("bytes in all); expected a valid JSON document") != std::string::npos);
+  }
+  // A string where a number belongs: quoted and cut too.
+  j = v32();
+  j["hidden_size"] = std::string(100000, '7');
+  CHECK_THROWS_WITH_AS(parse(j), doctest::Contains("hidden_size = '7777"), dsa::error);
+  CHECK_THROWS_WITH_AS(parse(j), doctest::Contains("... (100000 bytes in all); expected an integer"), dsa::error);
 }

@@ -244,3 +244,67 @@ TEST_CASE("write_random_checkpoint: shards past shard_bytes, one per unit, with 
   CHECK_THROWS_WITH_AS(dsa::model::write_random_checkpoint(out, tiny_config(), 3),
                        doctest::Contains("a directory without model.safetensors.index.json"), dsa::error);
 }
+
+TEST_CASE("random_checkpoint_size: every tensor's bytes, from the config alone (issue 33)") {
+  // The tiny model: the exact bytes of the tensors generated, one file below 4 GiB.
+  const auto tensors = random_checkpoint_tensors(tiny_config(), 1, dsa::cpu_backend{1});
+  std::uint64_t bytes = 0;
+  for (const owned_tensor& t : tensors) bytes += t.data.size();
+  const auto f = dsa::model::random_checkpoint_size(tiny_config(), dsa::cpu_backend{1});
+  CHECK_FALSE(f.overflow);
+  CHECK_FALSE(f.sharded);
+  CHECK(f.total_bytes == bytes);
+  CHECK(f.largest_unit == "model.layers.1");  // an MoE layer (layer 2 has the same size)
+  CHECK(f.memory_bytes > f.total_bytes);      // everything, plus one tensor's generation
+  // Sharded past shard_bytes: held one unit at a time.
+  const auto s = dsa::model::random_checkpoint_size(tiny_config(), dsa::cpu_backend{1}, 1 << 20);
+  CHECK(s.sharded);
+  CHECK(s.total_bytes == bytes);
+  CHECK(s.memory_bytes < s.total_bytes);
+  CHECK(s.memory_bytes > s.largest_unit_bytes);
+}
+
+TEST_CASE("a random checkpoint too large for this machine is refused before anything is allocated (issue 33)") {
+  // --vocab 16777216 --hidden 7168 started building a 240 GB embedding and died out of memory.
+  // Here the embedding alone would be 32 TiB: refused with what it needs, nothing created.
+  temp_dir dir;
+  auto cfg = tiny_config();
+  cfg.vocab_size = std::int64_t{1} << 24;
+  cfg.hidden_size = std::int64_t{1} << 20;
+  const auto f = dsa::model::random_checkpoint_size(cfg, dsa::cpu_backend{1});
+  CHECK(f.total_bytes > (std::uint64_t{64} << 40));  // embedding + lm_head: 64 TiB
+  CHECK(f.largest_unit == "model.norm + lm_head");
+  const fs::path out = dir.path / "never";
+  CHECK_THROWS_WITH_AS(dsa::model::write_random_checkpoint(out, cfg, 1, dsa::cpu_backend{1}),
+                       doctest::Contains("dsa::model::write_random_checkpoint: memory needed = 32768."),
+                       dsa::error);
+  CHECK_THROWS_WITH_AS(dsa::model::write_random_checkpoint(out, cfg, 1, dsa::cpu_backend{1}),
+                       doctest::Contains("of this machine's physical memory)"), dsa::error);
+  CHECK_FALSE(fs::exists(out));
+  CHECK_THROWS_WITH_AS(random_checkpoint_tensors(cfg, 1, dsa::cpu_backend{1}),
+                       doctest::Contains("dsa::model::random_checkpoint_tensors: memory needed = "), dsa::error);
+
+  // 2^31 - 2 experts: sized without a list per expert (that list alone took 51 GB).
+  cfg = tiny_config();
+  cfg.n_routed_experts = 2147483646;
+  cfg.n_group = 2;
+  cfg.topk_group = 1;
+  const auto e = dsa::model::random_checkpoint_size(cfg, dsa::cpu_backend{1});
+  CHECK_FALSE(e.overflow);
+  CHECK(e.largest_unit == "model.layers.1");
+  // Each expert: 3 FP8 projections of 128 x 256 plus 2 x 2 fp32 scales each.
+  CHECK(e.largest_unit_bytes > std::uint64_t{2147483646} * 3 * (128 * 256 + 16));
+  CHECK_THROWS_WITH_AS(dsa::model::write_random_checkpoint(out, cfg, 1, dsa::cpu_backend{1}),
+                       doctest::Contains("memory needed = "), dsa::error);
+  CHECK_FALSE(fs::exists(out));
+
+  // Sizes whose byte count exceeds 64 bits: said so, not wrapped around.
+  cfg.hidden_size = 2147483520;
+  cfg.moe_intermediate_size = 2147483520;
+  const auto o = dsa::model::random_checkpoint_size(cfg, dsa::cpu_backend{1});
+  CHECK(o.overflow);
+  CHECK(o.total_bytes == UINT64_MAX);
+  CHECK_THROWS_WITH_AS(dsa::model::write_random_checkpoint(out, cfg, 1, dsa::cpu_backend{1}),
+                       doctest::Contains("checkpoint size = more than 2^64 - 1 bytes"), dsa::error);
+  CHECK_FALSE(fs::exists(out));
+}

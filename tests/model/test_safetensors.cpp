@@ -229,17 +229,17 @@ TEST_CASE("the golden files open and list the expected tensors") {
 TEST_CASE("missing, directory, empty and truncated files") {
   temp_dir dir;
   CHECK_THROWS_WITH_AS((void)dsa::safetensors_file::open(dir / "missing.safetensors"),
-                       doctest::Contains("missing.safetensors: cannot open: No such file or directory"), dsa::error);
+                       doctest::Contains("missing.safetensors': cannot open: No such file or directory"), dsa::error);
   CHECK_THROWS_WITH_AS((void)dsa::safetensors_file::open(dir.path), doctest::Contains("is a directory"), dsa::error);
 
   // A FIFO without a writer must be refused, not block the reader.
   REQUIRE(::mkfifo((dir / "fifo.safetensors").c_str(), 0600) == 0);
   CHECK_THROWS_WITH_AS((void)dsa::safetensors_file::open(dir / "fifo.safetensors"),
-                       doctest::Contains("fifo.safetensors: is not a regular file"), dsa::error);
+                       doctest::Contains("fifo.safetensors': is not a regular file"), dsa::error);
 
   write_bytes(dir / "empty.safetensors", "");
   CHECK_THROWS_WITH_AS((void)dsa::safetensors_file::open(dir / "empty.safetensors"),
-                       doctest::Contains("empty.safetensors: file is empty"), dsa::error);
+                       doctest::Contains("empty.safetensors': file is empty"), dsa::error);
 
   write_bytes(dir / "short.safetensors", std::string("\x10\x00\x00", 3));
   CHECK_THROWS_WITH_AS((void)dsa::safetensors_file::open(dir / "short.safetensors"),
@@ -290,7 +290,7 @@ TEST_CASE("hostile JSON headers") {
   expect_open_error(dir, R"({"a":[1,2]})", 0, {"tensor 'a': entry = [1,2]; expected an object"});
   expect_open_error(dir, R"({"a":{"shape":[1],"data_offsets":[0,4]}})", 4, {"tensor 'a': missing \"dtype\""});
   expect_open_error(dir, R"({"a":{"dtype":"F7","shape":[1],"data_offsets":[0,4]}})", 4,
-                    {"tensor 'a': dtype = \"F7\"; expected one of F8_E4M3,"});
+                    {"tensor 'a': dtype = 'F7'; expected one of F8_E4M3,"});
   expect_open_error(dir, R"({"a":{"dtype":4,"shape":[1],"data_offsets":[0,4]}})", 4, {"dtype = 4; expected a string"});
   expect_open_error(dir, R"({"a":{"dtype":"F32","data_offsets":[0,4]}})", 4, {"tensor 'a': missing \"shape\""});
   expect_open_error(dir, R"({"a":{"dtype":"F32","shape":[2,-1],"data_offsets":[0,4]}})", 4,
@@ -445,7 +445,7 @@ TEST_CASE("sharded checkpoints") {
     CHECK(ck.shard_of("head.c").path().filename() == "model-00002-of-00002.safetensors");
     CHECK(ck.bytes("layer.b").size() == 8);
     CHECK(ck.find("nope") == nullptr);
-    CHECK_THROWS_WITH_AS((void)ck.at("nope"), doctest::Contains("model.safetensors.index.json: no tensor 'nope'"),
+    CHECK_THROWS_WITH_AS((void)ck.at("nope"), doctest::Contains("model.safetensors.index.json': no tensor 'nope'"),
                          dsa::error);
     CHECK_THROWS_WITH_AS((void)(ck.view<float, 1>("head.c")), doctest::Contains("dtype = BF16; expected F32"),
                          dsa::error);
@@ -487,14 +487,14 @@ TEST_CASE("sharded checkpoints") {
       FAIL("a shard outside the checkpoint was opened");
     } catch (const dsa::error& e) {
       const std::string m = e.what();
-      CHECK(m.find("expected a shard inside the checkpoint directory") != std::string::npos);
+      CHECK(m.find("expected a file inside the checkpoint directory") != std::string::npos);
       CHECK(m.find("root:x") == std::string::npos);  // none of the file's bytes
     }
     // model.safetensors of a plain directory likewise.
     const temp_dir single;
     fs::create_symlink(elsewhere / "secret.txt", single / "model.safetensors");
     CHECK_THROWS_WITH_AS((void)dsa::safetensors_checkpoint::open(single.path),
-                         doctest::Contains("expected a shard inside the checkpoint directory"), dsa::error);
+                         doctest::Contains("expected a file inside the checkpoint directory"), dsa::error);
     // <repo>/snapshots/<revision>/<shard> -> ../../blobs/<hash>: the hub cache, accepted.
     const temp_dir repo;
     fs::create_directories(repo / "blobs");
@@ -506,13 +506,55 @@ TEST_CASE("sharded checkpoints") {
     const auto ck = dsa::safetensors_checkpoint::open(repo / "snapshots" / "abc123");
     CHECK(ck.contains("layer.a"));
   }
+  SUBCASE("the index symlinked outside the checkpoint is refused before it is read (issue 33)") {
+    const temp_dir elsewhere;
+    write_bytes(elsewhere / "index.json", R"({"weight_map": {"SECRET-NAME": "x.safetensors"}})");
+    fs::remove(dir / "model.safetensors.index.json");
+    fs::create_symlink(elsewhere / "index.json", dir / "model.safetensors.index.json");
+    try {
+      (void)dsa::safetensors_checkpoint::open(dir.path);
+      FAIL("an index outside the checkpoint was read");
+    } catch (const dsa::error& e) {
+      const std::string m = e.what();
+      CAPTURE(m);
+      CHECK(m.find("dsa::safetensors: '" + (dir / "model.safetensors.index.json").string() + "': real path = '" +
+                   (elsewhere / "index.json").string() + "'; expected a file inside the checkpoint directory") == 0);
+      CHECK(m.find("SECRET") == std::string::npos);
+    }
+    // Named by the caller, the same file is opened as named (and then its shard is not found).
+    CHECK_THROWS_WITH_AS((void)dsa::safetensors_checkpoint::open(dir / "model.safetensors.index.json"),
+                         doctest::Contains("weight_map['SECRET-NAME'] = 'x.safetensors'; expected an existing shard"),
+                         dsa::error);
+    // The hub cache's index is a link into blobs/ too.
+    const temp_dir repo;
+    fs::create_directories(repo / "blobs");
+    fs::create_directories(repo / "snapshots" / "abc123");
+    fs::copy_file(dir / "model-00001-of-00002.safetensors", repo / "blobs" / "0f1e2d");
+    write_bytes(repo / "blobs" / "77aa", R"({"weight_map": {"layer.a": "model-00001-of-00002.safetensors"}})");
+    fs::create_symlink("../../blobs/0f1e2d", repo / "snapshots" / "abc123" / "model-00001-of-00002.safetensors");
+    fs::create_symlink("../../blobs/77aa", repo / "snapshots" / "abc123" / "model.safetensors.index.json");
+    CHECK(dsa::safetensors_checkpoint::open(repo / "snapshots" / "abc123").contains("layer.a"));
+  }
+  SUBCASE("a 5,000-character shard name is quoted and cut in the message (issue 33)") {
+    write_index(R"({"layer.a": ")" + std::string(5000, 'z') + R"("})");
+    try {
+      (void)dsa::safetensors_checkpoint::open(dir.path);
+      FAIL("a 5,000-character shard name was accepted");
+    } catch (const dsa::error& e) {
+      const std::string m = e.what();
+      CHECK(m.size() < 1024);
+      CHECK(m.find("weight_map['layer.a'] = 'zzzz") != std::string::npos);
+      CHECK(m.find("'... (5000 bytes in all); expected an existing shard file in '" + dir.path.string() + "'") !=
+            std::string::npos);
+    }
+  }
   SUBCASE("malformed indices") {
     write_bytes(dir / "model.safetensors.index.json", R"({"metadata": {}})");
     CHECK_THROWS_WITH_AS((void)dsa::safetensors_checkpoint::open(dir.path), doctest::Contains("missing \"weight_map\""),
                          dsa::error);
     write_bytes(dir / "model.safetensors.index.json", R"({"weight_map": ["a"]})");
     CHECK_THROWS_WITH_AS((void)dsa::safetensors_checkpoint::open(dir.path),
-                         doctest::Contains("weight_map = [\"a\"]; expected an object"), dsa::error);
+                         doctest::Contains("weight_map = '[\"a\"]'; expected an object"), dsa::error);
     write_bytes(dir / "model.safetensors.index.json", R"({"weight_map": {"a": 3}})");
     CHECK_THROWS_WITH_AS((void)dsa::safetensors_checkpoint::open(dir.path),
                          doctest::Contains("weight_map['a'] = 3; expected a file name"), dsa::error);

@@ -125,6 +125,15 @@ std::string load_error(const fs::path& dir) {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// A path as messages show it (dsa::quoted: the test's temporary paths need no escaping).
+// Appended piece by piece: GCC 12 gives a false -Wrestrict on "'" + p.string() + "'".
+std::string quoted(const fs::path& p) {
+  std::string q = "'";
+  q += p.string();
+  q += '\'';
+  return q;
+}
+
 // Logits of the golden prompt's first 40 tokens, then one decode step.
 std::vector<float> logits_of(const fs::path& dir) {
   const auto f = dsa::safetensors_file::open(tiny_dir / "expected.safetensors");
@@ -167,7 +176,7 @@ TEST_CASE("the intact copy loads and reproduces the original's logits") {
 
 TEST_CASE("a missing tensor names the file and the tensor") {
   temp_dir dir;
-  const std::string file = (dir.path / "model.safetensors").string();
+  const std::string file = quoted(dir.path / "model.safetensors");
   for (const char* name : {"model.layers.1.self_attn.q_a_proj.weight", "model.layers.2.mlp.experts.15.up_proj.weight_scale_inv",
                            "model.layers.0.self_attn.indexer.k_norm.bias", "lm_head.weight", "model.norm.weight"}) {
     CAPTURE(name);
@@ -182,7 +191,7 @@ TEST_CASE("a missing tensor names the file and the tensor") {
 
 TEST_CASE("a wrong shape names the file, the tensor, both shapes and the config keys") {
   temp_dir dir;
-  const std::string file = (dir.path / "model.safetensors").string();
+  const std::string file = quoted(dir.path / "model.safetensors");
   {
     tensors t;
     t.set("model.layers.2.mlp.experts.3.down_proj.weight", dsa::dtype::f8_e4m3, {256, 127});
@@ -214,7 +223,7 @@ TEST_CASE("a wrong shape names the file, the tensor, both shapes and the config 
 
 TEST_CASE("a wrong dtype names the file and the tensor") {
   temp_dir dir;
-  const std::string file = (dir.path / "model.safetensors").string();
+  const std::string file = quoted(dir.path / "model.safetensors");
   {
     tensors t;
     t.set("model.layers.1.self_attn.q_b_proj.weight", dsa::dtype::bf16, {4 * 128, 256});
@@ -266,13 +275,13 @@ TEST_CASE("a truncated file names the file and the first tensor past the end") {
   write_text(file, full.substr(0, static_cast<std::size_t>(data_offset + data_size / 2)));
   const std::string e = load_error(dir.path);
   CAPTURE(e);
-  CHECK(contains(e, "dsa::safetensors: " + file.string() + ": tensor '" + victim + "': data_offsets ["));
+  CHECK(contains(e, "dsa::safetensors: " + quoted(file) + ": tensor '" + victim + "': data_offsets ["));
   CHECK(contains(e, "the file is truncated or the header is wrong"));
   // Cut inside the header.
   write_text(file, full.substr(0, 100));
   const std::string h = load_error(dir.path);
   CAPTURE(h);
-  CHECK(contains(h, file.string() + ": header length = "));
+  CHECK(contains(h, quoted(file) + ": header length = "));
   CHECK(contains(h, "the file is truncated or not safetensors"));
 }
 
@@ -286,7 +295,7 @@ TEST_CASE("a header lying about sizes names the file and the tensor") {
     edit_header(file, [](nlohmann::json& h) { h["model.norm.weight"]["shape"] = {300}; });
     const std::string e = load_error(dir.path);
     CAPTURE(e);
-    CHECK(contains(e, file.string() + ": tensor 'model.norm.weight': data_offsets ["));
+    CHECK(contains(e, quoted(file) + ": tensor 'model.norm.weight': data_offsets ["));
     CHECK(contains(e, "= 1024 bytes; expected 1200 bytes (F32 [300])"));
   }
   SUBCASE("data_offsets past the end") {
@@ -297,7 +306,7 @@ TEST_CASE("a header lying about sizes names the file and the tensor") {
     });
     const std::string e = load_error(dir.path);
     CAPTURE(e);
-    CHECK(contains(e, file.string() + ": tensor 'model.layers.0.mlp.down_proj.weight': data_offsets [1099511627776, "));
+    CHECK(contains(e, quoted(file) + ": tensor 'model.layers.0.mlp.down_proj.weight': data_offsets [1099511627776, "));
     CHECK(contains(e, "the file is truncated or the header is wrong"));
   }
   SUBCASE("two tensors claiming the same bytes") {
@@ -306,7 +315,7 @@ TEST_CASE("a header lying about sizes names the file and the tensor") {
     });
     const std::string e = load_error(dir.path);
     CAPTURE(e);
-    CHECK(contains(e, file.string() + ": tensor 'model.layers."));
+    CHECK(contains(e, quoted(file) + ": tensor 'model.layers."));
     CHECK(contains(e, "overlap tensor 'model.layers."));
   }
   SUBCASE("the header length field") {
@@ -317,13 +326,13 @@ TEST_CASE("a header lying about sizes names the file and the tensor") {
     write_text(file, bad);
     const std::string e = load_error(dir.path);
     CAPTURE(e);
-    CHECK(contains(e, file.string() + ": header length = "));
+    CHECK(contains(e, quoted(file) + ": header length = "));
   }
 }
 
 TEST_CASE("a config.json contradicting the tensors names the file and the tensor") {
   temp_dir dir;
-  const std::string file = (dir.path / "model.safetensors").string();
+  const std::string file = quoted(dir.path / "model.safetensors");
   struct edit_case {
     const char* key;
     int value;
@@ -363,7 +372,7 @@ TEST_CASE("a NaN or infinite weight is refused at load, naming the tensor and th
   // plausible tokens: a NaN in the indexer's weights_proj (index scores NaN, nothing selected),
   // a norm weight, a block scale, an FP8 NaN code.
   temp_dir dir;
-  const std::string file = (dir.path / "model.safetensors").string();
+  const std::string file = quoted(dir.path / "model.safetensors");
   const auto f32 = [](float v) {
     std::vector<std::byte> b(4);
     std::memcpy(b.data(), &v, 4);
@@ -493,11 +502,193 @@ TEST_CASE("a sharded checkpoint (index + 2 shards) gives the single file's logit
   dsa::write_safetensors(dir.path / names[1], bad);
   const std::string e = load_error(dir.path);
   CAPTURE(e);
-  CHECK(contains(e, (dir.path / names[1]).string() + ": tensor '" + victim + "'"));
+  CHECK(contains(e, quoted(dir.path / names[1]) + ": tensor '" + victim + "'"));
   // A shard missing from disk names the index and the shard.
   fs::remove(dir.path / names[1]);
   const std::string m = load_error(dir.path);
   CAPTURE(m);
-  CHECK(contains(m, (dir.path / "model.safetensors.index.json").string()));
+  CHECK(contains(m, quoted(dir.path / "model.safetensors.index.json")));
   CHECK(contains(m, names[1]));
+}
+
+TEST_CASE("a config.json that leaves stored tensors unread is refused, naming them (issue 33)") {
+  // Each of these loaded before and ran another model than the checkpoint's, silently: the
+  // shared experts or lm_head dropped, a layer's MoE weights ignored.
+  temp_dir dir;
+  const std::string file = quoted(dir.path / "model.safetensors");
+  SUBCASE("n_shared_experts = 0 over a checkpoint with shared experts") {
+    tensors t;
+    write_checkpoint(dir.path, t, [](nlohmann::json& c) { c["n_shared_experts"] = 0; });
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    // 2 MoE layers x 3 projections x (FP8 codes + scales); the first three by name, then the count.
+    CHECK(contains(e, "dsa::model::weights: " + file + ": tensors the config does not use = 12 ("
+                      "'model.layers.1.mlp.shared_experts.down_proj.weight', "
+                      "'model.layers.1.mlp.shared_experts.down_proj.weight_scale_inv', "
+                      "'model.layers.1.mlp.shared_experts.gate_proj.weight', ...); expected none"));
+    CHECK(contains(e, "(check n_shared_experts)"));
+    CHECK_THROWS_AS(dsa::model::transformer<dsa::cpu_backend>::load(dir.path, dsa::cpu_backend{1}), dsa::error);
+    // Layers a caller skips on purpose (num_layers) are not examined: layer 0 is dense.
+    CHECK_NOTHROW(dsa::model::weights::load(dir.path, 1));
+    CHECK_THROWS_AS(dsa::model::weights::load(dir.path, 2), dsa::error);
+  }
+  SUBCASE("tie_word_embeddings = true beside a stored lm_head.weight") {
+    tensors t;
+    write_checkpoint(dir.path, t, [](nlohmann::json& c) { c["tie_word_embeddings"] = true; });
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, file + ": tensors the config does not use = 1 ('lm_head.weight'); expected none"));
+    CHECK(contains(e, "(tie_word_embeddings = true, but the checkpoint stores its own lm_head.weight)"));
+    // Without the stored lm_head, a tied config is what the checkpoint holds.
+    t.remove("lm_head.weight");
+    write_checkpoint(dir.path, t, [](nlohmann::json& c) { c["tie_word_embeddings"] = true; });
+    CHECK(load_error(dir.path).empty());
+  }
+  SUBCASE("first_k_dense_replace = 0 over a dense first layer: refused as missing MoE tensors") {
+    tensors t;
+    write_checkpoint(dir.path, t, [](nlohmann::json& c) { c["first_k_dense_replace"] = 0; });
+    CHECK(contains(load_error(dir.path), "tensor 'model.layers.0.mlp.gate.weight' presence = missing"));
+  }
+  SUBCASE("a tensor no config key accounts for") {
+    tensors t;
+    t.set("model.layers.0.self_attn.extra_bias", dsa::dtype::f32, {256});
+    t.set("model.unknown.weight", dsa::dtype::bf16, {4, 4});
+    write_checkpoint(dir.path, t);
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, "tensors the config does not use = 2 ('model.layers.0.self_attn.extra_bias', "
+                      "'model.unknown.weight'); expected none"));
+  }
+  SUBCASE("what a genuine checkpoint stores beside the model still loads") {
+    tensors t;
+    // Rotary inv_freq buffers, which older Hugging Face exports saved: fixed by the config.
+    t.set("model.layers.0.self_attn.rotary_emb.inv_freq", dsa::dtype::f32, {32});
+    // The MTP layer (num_nextn_predict_layers = 1), as in deepseek-ai/DeepSeek-V3.2.
+    t.set("model.layers.3.eh_proj.weight", dsa::dtype::f8_e4m3, {256, 512});
+    t.set("model.layers.3.embed_tokens.weight", dsa::dtype::bf16, {512, 256});
+    write_checkpoint(dir.path, t, [](nlohmann::json& c) { c["num_nextn_predict_layers"] = 1; });
+    CHECK(load_error(dir.path).empty());
+    // The checked-in random model and the golden one load as they are.
+    CHECK_NOTHROW(dsa::model::weights::load(fs::path(DSA_TEST_DATA_DIR) / ".." / ".." / "models" / "tiny-random"));
+    CHECK_NOTHROW(dsa::model::weights::load(tiny_dir));
+  }
+  SUBCASE("the reverse: a config needing a tensor the checkpoint lacks names it") {
+    tensors t;
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      for (const char* layer : {"1", "2"}) {
+        const std::string p = std::string("model.layers.") + layer + ".mlp.shared_experts." + proj;
+        t.remove(p + ".weight");
+        t.remove(p + ".weight_scale_inv");
+      }
+    }
+    write_checkpoint(dir.path, t);  // n_shared_experts = 1
+    CHECK(contains(load_error(dir.path),
+                   file + ": tensor 'model.layers.1.mlp.shared_experts.gate_proj.weight' presence = missing"));
+    write_checkpoint(dir.path, t, [](nlohmann::json& c) { c["n_shared_experts"] = 0; });
+    CHECK(load_error(dir.path).empty());
+  }
+}
+
+TEST_CASE("every file of a checkpoint directory must resolve inside it (issue 33)") {
+  // A config.json or an index linking outside the checkpoint was read and its bytes echoed in
+  // the parse error: refused now before it is opened, like the shards. The Hugging Face hub cache
+  // (snapshots/<revision>/<file> -> ../../blobs/<hash>) keeps working.
+  const temp_dir outside;
+  write_text(outside.path / "secret", "root:x:0:0:root:/root:/bin/bash\nSECRET-TOKEN-1234\n");
+  tensors t;
+  SUBCASE("config.json linking outside") {
+    temp_dir dir;
+    write_checkpoint(dir.path, t);
+    fs::remove(dir.path / "config.json");
+    fs::create_symlink(outside.path / "secret", dir.path / "config.json");
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, "dsa::model::config: " + quoted(dir.path / "config.json") + ": real path = " +
+                          quoted(outside.path / "secret") + "; expected a file inside the checkpoint directory"));
+    CHECK_FALSE(contains(e, "root:x"));
+    CHECK_FALSE(contains(e, "SECRET"));
+    // A relative link out (../) is the same.
+    fs::remove(dir.path / "config.json");
+    fs::create_symlink(fs::relative(outside.path / "secret", dir.path), dir.path / "config.json");
+    CHECK(contains(load_error(dir.path), "expected a file inside the checkpoint directory"));
+  }
+  SUBCASE("the index linking outside") {
+    temp_dir dir;
+    write_checkpoint(dir.path, t);
+    fs::create_symlink(outside.path / "secret", dir.path / "model.safetensors.index.json");
+    const std::string e = load_error(dir.path);
+    CAPTURE(e);
+    CHECK(contains(e, "dsa::safetensors: " + quoted(dir.path / "model.safetensors.index.json") +
+                          ": real path = " + quoted(outside.path / "secret")));
+    CHECK_FALSE(contains(e, "SECRET"));
+  }
+  SUBCASE("the Hugging Face hub cache: every file a link into blobs/") {
+    const temp_dir repo;
+    const fs::path snap = repo.path / "snapshots" / "0123abcd";
+    fs::create_directories(repo.path / "blobs");
+    fs::create_directories(snap);
+    temp_dir src;
+    write_checkpoint(src.path, t);
+    // Sharded in two, as the hub's copies of V3.2 are; each file stored under its hash.
+    std::vector<dsa::safetensors_entry> shard[2];
+    nlohmann::json index = {{"weight_map", nlohmann::json::object()}};
+    const char* names[2] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+    for (std::size_t i = 0; i < t.entries.size(); ++i) {
+      shard[i % 2].push_back(t.entries[i]);
+      index["weight_map"][t.entries[i].name] = names[i % 2];
+    }
+    const auto blob = [&](const std::string& hash, const std::string& name) {
+      fs::create_symlink(fs::path("..") / ".." / "blobs" / hash, snap / name);
+    };
+    for (int s = 0; s < 2; ++s) {
+      dsa::write_safetensors(repo.path / "blobs" / ("b10b" + std::to_string(s)), shard[s]);
+      blob("b10b" + std::to_string(s), names[s]);
+    }
+    write_text(repo.path / "blobs" / "c0ff1c", read_text(src.path / "config.json"));
+    blob("c0ff1c", "config.json");
+    write_text(repo.path / "blobs" / "1d3c", index.dump());
+    blob("1d3c", "model.safetensors.index.json");
+    CHECK(load_error(snap).empty());
+    CHECK(same_bits(logits_of(snap), logits_of(tiny_dir)));
+    // A blob that itself links outside the repository is still refused.
+    fs::remove(repo.path / "blobs" / "c0ff1c");
+    fs::create_symlink(outside.path / "secret", repo.path / "blobs" / "c0ff1c");
+    const std::string e = load_error(snap);
+    CAPTURE(e);
+    CHECK(contains(e, "expected a file inside the checkpoint directory"));
+    CHECK_FALSE(contains(e, "SECRET"));
+  }
+}
+
+TEST_CASE("text from a checkpoint reaches a message quoted and bounded (issue 33)") {
+  temp_dir dir;
+  tensors t;
+  SUBCASE("a 15 MiB model_type") {
+    const std::string huge(std::size_t{15} << 20, 'x');
+    write_checkpoint(dir.path, t, [&](nlohmann::json& c) { c["model_type"] = "\x1b[2J" + huge; });
+    const std::string e = load_error(dir.path);
+    CHECK(e.size() < 1024);
+    CHECK(contains(e, "model_type = '\\x1b[2Jxxxx"));
+    CHECK(contains(e, "... (15728644 bytes in all); expected \"deepseek_v32\""));
+  }
+  SUBCASE("a 5,000-character shard name") {
+    write_checkpoint(dir.path, t);
+    const std::string shard(5000, 's');
+    write_text(dir.path / "model.safetensors.index.json",
+               nlohmann::json{{"weight_map", {{"model.norm.weight", shard}}}}.dump());
+    const std::string e = load_error(dir.path);
+    CAPTURE(e.substr(0, 600));
+    CHECK(e.size() < 1024);
+    CHECK(contains(e, "weight_map['model.norm.weight'] = 'ssss"));
+    CHECK(contains(e, "... (5000 bytes in all); expected an existing shard file in " + quoted(dir.path)));
+  }
+  SUBCASE("5,000-character tensor names the config does not use") {
+    t.set(std::string(5000, 'n'), dsa::dtype::f32, {1});
+    t.set(std::string(5000, 'm'), dsa::dtype::f32, {1});
+    write_checkpoint(dir.path, t);
+    const std::string e = load_error(dir.path);
+    CHECK(e.size() < 2048);
+    CHECK(contains(e, "tensors the config does not use = 2 ('mmmm"));
+    CHECK(contains(e, "... (5000 bytes in all), 'nnnn"));
+  }
 }

@@ -182,7 +182,7 @@ TEST_CASE("dsa_validate exits 2 with a clear message on missing, truncated and m
     const auto r = run_tool(dir, {(dir / "nope.safetensors").string()});
     CAPTURE(r.output);
     CHECK(r.exit_code == 2);
-    CHECK(contains(r.output, "nope.safetensors: cannot open: No such file or directory"));
+    CHECK(contains(r.output, "nope.safetensors': cannot open: No such file or directory"));  // the path quoted
   }
   SUBCASE("truncated copy") {
     const std::string full = read_file(golden_path);
@@ -685,7 +685,7 @@ TEST_CASE("write_safetensors: a fresh temporary file renamed into place, even ov
     } catch (const dsa::error& e) {
       const std::string what = e.what();
       CAPTURE(what);
-      CHECK(contains(what, "dsa::safetensors: " + d.string() + ": is a directory; expected the name of a file to write"));
+      CHECK(contains(what, "dsa::safetensors: '" + d.string() + "': is a directory; expected the name of a file to write"));
     }
     CHECK(fs::is_empty(d));
   }
@@ -697,8 +697,8 @@ TEST_CASE("write_safetensors: a fresh temporary file renamed into place, even ov
     } catch (const dsa::error& e) {
       const std::string what = e.what();
       CAPTURE(what);
-      CHECK(contains(what, "cannot create a temporary file in " + (dir / "missing").string() +
-                               ": No such file or directory"));
+      CHECK(contains(what, "cannot create a temporary file in '" + (dir / "missing").string() +
+                               "': No such file or directory"));
     }
     CHECK(names_in(dir.path).empty());
   }

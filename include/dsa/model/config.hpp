@@ -7,7 +7,9 @@
 // (Hugging Face configs carry many). The decisions behind each check are in docs/decisions.md,
 // "Model configuration".
 //
-// Message format:  dsa::model::config: <file>: <key> = <value>; expected <what>
+// Message format:  dsa::model::config: '<file>': <key> = <value>; expected <what>
+// (the file quoted; a value from the file, when it is text, dsa::quoted: escaped and cut).
+// load(dir) refuses a dir/config.json that links outside dir (dsa/model/checkpoint_files.hpp).
 //
 // Part of the dsa::model target (needs nlohmann_json).
 #pragma once
@@ -32,6 +34,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
+#include "dsa/model/checkpoint_files.hpp"
 #include "dsa/model/io_linkage.hpp"
 #include "dsa/model/json_structure.hpp"
 
@@ -201,14 +204,9 @@ inline constexpr index_t max_vocab_size = index_t{1} << 24;
   ::dsa::fail("model::config", arg, value, expected);
 }
 
-/// A JSON value as it appears in the file, shortened for messages.
-inline std::string excerpt(const nlohmann::json& j) {
-  std::string s = j.dump();
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
-}
-
-inline std::string json_string(std::string_view s) { return nlohmann::json(std::string(s)).dump(); }
+/// A JSON value from the file, for a message: strings quoted, everything bounded
+/// (dsa/model/checkpoint_files.hpp).
+inline std::string excerpt(const nlohmann::json& j) { return ::dsa::detail::json_excerpt(j); }
 
 /// The shortest decimal that reads back as `f`, as a JSON number: 1e-6f is written 1e-06, not
 /// 9.999999974752427e-07, so written files look like the ones Hugging Face writes.
@@ -306,7 +304,7 @@ class reader {
     auto a = opt_string(key);
     auto b = opt_string(alias);
     if (a && b && *a != *b)
-      fail(alias, json_string(*b), "the same value as " + prefix_ + std::string(key) + " = " + json_string(*a));
+      fail(alias, ::dsa::quoted(*b), "the same value as " + prefix_ + std::string(key) + " = " + ::dsa::quoted(*a));
     return a ? a : b;
   }
 
@@ -336,7 +334,7 @@ struct checker {
     if (v < 0 || v > max_extent) fail(key, std::to_string(v), "an integer in [0, 2147483647]");
   }
   void one_of(std::string_view key, const std::string& v, std::string_view expected) const {
-    fail(key, json_string(v), expected);
+    fail(key, ::dsa::quoted(v), expected);
   }
 };
 
@@ -513,7 +511,7 @@ DSA_MODEL_IO config config::from_json(const nlohmann::json& j, std::string_view 
   // Check the model type before anything else: a foreign config would otherwise be reported
   // by its first missing V3.2 key, which hides the real problem.
   if (c.model_type != "deepseek_v32") {
-    r.fail("model_type", config_detail::json_string(c.model_type),
+    r.fail("model_type", ::dsa::quoted(c.model_type),
            "\"deepseek_v32\" (dsa implements the DeepSeek-V3.2 forward pass)");
   }
 
@@ -574,7 +572,7 @@ DSA_MODEL_IO config config::from_json(const nlohmann::json& j, std::string_view 
     const auto type = s.opt_string_alias("type", "rope_type");
     if (!type) s.missing("type", "a string");
     y.type = *type;
-    if (y.type != "yarn") s.fail("type", config_detail::json_string(y.type), "\"yarn\"");
+    if (y.type != "yarn") s.fail("type", ::dsa::quoted(y.type), "\"yarn\"");
     y.factor = s.req_float("factor");
     y.original_max_position_embeddings = s.req_int("original_max_position_embeddings");
     y.beta_fast = s.req_float("beta_fast");
@@ -625,13 +623,20 @@ DSA_MODEL_IO config config::load(const std::filesystem::path& file_or_dir) {
   fs::path file = file_or_dir;
   const bool is_dir = fs::is_directory(file_or_dir, ec);
   if (is_dir) file = file_or_dir / "config.json";
-  const std::string name = file.string();
+  const std::string name = ::dsa::detail::quoted_path(file);
 
   const fs::file_status st = fs::status(file, ec);
   if (!fs::exists(st)) {
     config_detail::fail(name, "file", "<not found>",
-                        is_dir ? "a config.json in the directory " + file_or_dir.string()
+                        is_dir ? "a config.json in the directory " + ::dsa::detail::quoted_path(file_or_dir)
                                : std::string("an existing config.json, or a directory holding one"));
+  }
+  // The config.json of a checkpoint directory must not link outside it (a downloaded checkpoint's
+  // config.json -> ~/.ssh/id_rsa would be read and its first bytes shown in the parse error):
+  // refused before it is opened. A file the caller named itself is read as named.
+  if (is_dir) {
+    const ::dsa::detail::containment c = ::dsa::detail::contained_file(file_or_dir, file);
+    if (!c) config_detail::fail(name, "real path", c.value, c.expected);
   }
   if (fs::is_directory(st)) config_detail::fail(name, "file", "<a directory>", "a config.json file");
   // Devices and pipes (/dev/zero, a FIFO) could be read forever.
@@ -656,7 +661,7 @@ DSA_MODEL_IO config config::load(const std::filesystem::path& file_or_dir) {
       detail::json_structure_problem(text.data(), text.data() + text.size());
   using problem = detail::json_structure_result::problem;
   if (structure.found == problem::duplicate_key) {
-    config_detail::fail(name, structure.key, "<given twice>", "each key once per object");
+    config_detail::fail(name, "key " + ::dsa::quoted(structure.key), "<given twice>", "each key once per object");
   }
   if (structure.found == problem::too_deep) {
     config_detail::fail(name, "JSON", "<nested deeper than " + std::to_string(detail::json_max_depth) + " levels>",
@@ -666,14 +671,8 @@ DSA_MODEL_IO config config::load(const std::filesystem::path& file_or_dir) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    // Keep nlohmann's position and reason, without its exception tag and its own "; expected"
-    // (which would read as the start of ours).
-    std::string what = e.what();
-    if (const auto tag = what.find("] "); what.rfind("[json.exception.", 0) == 0 && tag != std::string::npos) {
-      what.erase(0, tag + 2);
-    }
-    for (std::size_t p = what.find("; "); p != std::string::npos; p = what.find("; ", p)) what.replace(p, 2, ", ");
-    config_detail::fail(name, "JSON", "<" + what + ">", "a valid JSON document");
+    // nlohmann's position and reason, quoted: they carry the last token read from the file.
+    config_detail::fail(name, "JSON", ::dsa::detail::json_parse_error(e.what()), "a valid JSON document");
   }
 
   return from_json(j, name);

@@ -29,7 +29,9 @@
 // and freed in turn, so the memory needed is that of the largest unit (at V3.2 widths with 32
 // experts, the MoE layer's 1.5 GB), not of the whole checkpoint. The experts of a layer are
 // generated in parallel (on `be`'s threads; each has its own stream, so the bytes do not depend
-// on the thread count).
+// on the thread count). Before anything is generated, random_checkpoint_size() sums every
+// tensor's bytes from the config in checked 64-bit arithmetic, and a generation that would hold
+// more than 3/4 of the machine's physical memory is refused with what it would need.
 //
 // Part of the dsa::model target.
 #pragma once
@@ -39,10 +41,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -51,7 +54,10 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "dsa/core/backend.hpp"
+#include "dsa/core/checked_math.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
@@ -181,13 +187,45 @@ std::vector<std::byte> to_bytes(const std::vector<T>& v) {
   return b;
 }
 
+/// Bytes a dry generator counted: saturated at UINT64_MAX with `overflow` set when the exact
+/// count does not fit in 64 bits.
+struct byte_count {
+  std::uint64_t bytes = 0;
+  bool overflow = false;
+
+  void add(std::uint64_t n) {
+    if (overflow || add_overflows(bytes, n, &bytes)) set_overflow();
+  }
+  void set_overflow() {
+    overflow = true;
+    bytes = UINT64_MAX;
+  }
+};
+
+/// `factors`' product, or nothing when it does not fit in 64 bits.
+inline std::optional<std::uint64_t> checked_product(std::initializer_list<std::uint64_t> factors) {
+  std::uint64_t r = 1;
+  for (const std::uint64_t f : factors) {
+    if (mul_overflows(r, f, &r)) return std::nullopt;
+  }
+  return r;
+}
+
 /// Builds the tensors of one checkpoint, unit by unit (unit 0: the embedding; 1 .. L: the
 /// layers; L + 1: the final norm and lm_head); one method per kind of tensor. With `dry` set it
-/// produces only names, dtypes and shapes (no data), to size the checkpoint.
+/// produces only names, dtypes and shapes (no data) and counts, in checked 64-bit arithmetic, the
+/// bytes the unit's tensors take (`held()`) and the most a tensor's generation holds beside them
+/// (`staging()`, and `expert_staging()` per thread for the experts, generated in parallel). A dry
+/// MoE layer lists expert 0 alone and counts it n_routed_experts times, so sizing a config with
+/// 2^31 experts allocates nothing per expert.
 class generator {
  public:
   generator(const config& cfg, std::uint64_t seed, const cpu_backend& be, bool dry = false)
       : cfg_(cfg), seed_(seed), be_(be), dry_(dry) {}
+
+  const byte_count& held() const { return held_; }
+  const byte_count& staging() const { return staging_; }
+  const byte_count& expert_staging() const { return expert_staging_; }
 
   index_t units() const { return cfg_.num_hidden_layers + 2; }
 
@@ -195,6 +233,9 @@ class generator {
     const config& c = cfg_;
     const index_t hidden = c.hidden_size;
     out_.clear();
+    held_ = {};
+    staging_ = {};
+    expert_staging_ = {};
     if (u == 0) {
       embedding("model.embed_tokens.weight", c.vocab_size, hidden);
     } else if (u == units() - 1) {
@@ -244,7 +285,7 @@ class generator {
     dense_bf16(m + "gate.weight", c.n_routed_experts, hidden);
     vector_f32(m + "gate.e_score_correction_bias", c.n_routed_experts, 0.05f);
     // The experts in parallel, each into its own list, appended in expert order.
-    std::vector<std::vector<owned_tensor>> experts(static_cast<std::size_t>(c.n_routed_experts));
+    std::vector<std::vector<owned_tensor>> experts(dry_ ? 0 : static_cast<std::size_t>(c.n_routed_experts));
     auto run_experts = [&](index_t e0, index_t e1) {
       for (index_t e = e0; e < e1; ++e) {
         generator g(cfg_, seed_, cpu_backend{1}, dry_);
@@ -253,7 +294,17 @@ class generator {
       }
     };
     if (dry_) {
-      run_experts(0, c.n_routed_experts);
+      // Expert 0 stands for all of them (same shapes): nothing is allocated per expert.
+      generator g(cfg_, seed_, cpu_backend{1}, true);
+      g.mlp(m + "experts.0.", c.moe_intermediate_size);
+      for (owned_tensor& t : g.out_) out_.push_back(std::move(t));
+      const auto n = static_cast<std::uint64_t>(c.n_routed_experts);
+      if (const auto all = checked_product({g.held_.bytes, n}); all && !g.held_.overflow) {
+        held_.add(*all);
+      } else {
+        held_.set_overflow();
+      }
+      expert_staging_ = g.staging_;
     } else {
       cpu_detail::parallel_for(be_, c.n_routed_experts, 1, run_experts);
     }
@@ -288,18 +339,46 @@ class generator {
   }
 
   void push(std::string name, dtype t, std::vector<index_t> shape, std::vector<std::byte> data) {
+    if (dry_) {
+      std::uint64_t n = dtype_size(t);
+      bool overflow = false;
+      for (const index_t d : shape) overflow |= mul_overflows(n, static_cast<std::uint64_t>(d), &n);
+      if (overflow) {
+        held_.set_overflow();
+      } else {
+        held_.add(n);
+      }
+    }
     out_.push_back(owned_tensor{std::move(name), t, std::move(shape), std::move(data)});
+  }
+
+  // A dry run's record of what generating one tensor holds besides the unit's finished tensors:
+  // the largest such amount counts (tensors are generated one after another).
+  void stage(std::initializer_list<std::uint64_t> factors) { stage(checked_product(factors)); }
+  void stage(std::optional<std::uint64_t> n) {
+    if (!dry_) return;
+    if (!n) {
+      staging_.set_overflow();
+    } else if (!staging_.overflow) {
+      staging_.bytes = std::max(staging_.bytes, *n);
+    }
   }
 
   // A bf16 tensor of offset + scale * N(0, 1), converted chunk by chunk (no fp32 copy of the
   // whole tensor: the V3.2 embedding is 926M values).
   void push_bf16_normals(std::string name, std::vector<index_t> shape, float scale) {
-    index_t n = 1;
-    for (index_t d : shape) n *= d;
     if (dry_) {
+      // normals_chunked's buffer: at most 2^20 floats.
+      std::optional<std::uint64_t> n = 1;
+      for (const index_t d : shape) n = n ? checked_product({*n, static_cast<std::uint64_t>(d)}) : n;
+      stage({std::min<std::uint64_t>(n.value_or(UINT64_MAX), std::uint64_t{1} << 20), sizeof(float)});
       push(std::move(name), dtype::bf16, std::move(shape), {});
       return;
     }
+    // Sized by the dry run's checks (write_random_checkpoint, random_checkpoint_tensors) first:
+    // this product fits.
+    index_t n = 1;
+    for (index_t d : shape) n *= d;
     std::vector<std::byte> bytes(static_cast<std::size_t>(n) * sizeof(bf16));
     normals_chunked(name, n, scale, 0.0f, [&](index_t i0, const float* src, index_t len) {
       for (index_t i = 0; i < len; ++i) {
@@ -317,13 +396,19 @@ class generator {
   }
 
   void norm(std::string name, index_t n) {
-    if (dry_) return push(std::move(name), dtype::f32, {n}, {});
+    if (dry_) {
+      stage({static_cast<std::uint64_t>(n), sizeof(float)});  // the values, before their byte copy
+      return push(std::move(name), dtype::f32, {n}, {});
+    }
     std::vector<float> v = normals(name, n, 0.1f, 1.0f);
     push(std::move(name), dtype::f32, {n}, to_bytes(v));
   }
 
   void vector_f32(std::string name, index_t n, float scale) {
-    if (dry_) return push(std::move(name), dtype::f32, {n}, {});
+    if (dry_) {
+      stage({static_cast<std::uint64_t>(n), sizeof(float)});
+      return push(std::move(name), dtype::f32, {n}, {});
+    }
     std::vector<float> v = normals(name, n, scale);
     push(std::move(name), dtype::f32, {n}, to_bytes(v));
   }
@@ -351,6 +436,13 @@ class generator {
     const index_t sr = (out + bn - 1) / bn;
     const index_t sc = (in + bk - 1) / bk;
     if (dry_) {
+      // The fp32 values and their codes coexist (5 bytes per element; then the codes and their
+      // byte copy, 2), and the scales with their byte copy (8 bytes per block).
+      const auto values = checked_product({static_cast<std::uint64_t>(out), static_cast<std::uint64_t>(in), 5});
+      const auto scales = checked_product({static_cast<std::uint64_t>(sr), static_cast<std::uint64_t>(sc), 8});
+      std::uint64_t both = 0;
+      stage(values && scales && !add_overflows(*values, *scales, &both) ? std::optional<std::uint64_t>(both)
+                                                                       : std::nullopt);
       push(name, dtype::f8_e4m3, {out, in}, {});
       push(prefix + ".weight_scale_inv", dtype::f32, {sr, sc}, {});
       return;
@@ -378,35 +470,36 @@ class generator {
   cpu_backend be_;
   bool dry_;
   std::vector<owned_tensor> out_;
+  byte_count held_;            // dry: bytes of the unit's tensors
+  byte_count staging_;         // dry: the most one tensor's generation holds beside them
+  byte_count expert_staging_;  // dry: the same for one expert (per thread generating experts)
 };
 
-/// Bytes of a tensor's data from its dtype and shape.
-inline std::uint64_t tensor_bytes(const owned_tensor& t) {
-  std::uint64_t n = dtype_size(t.type);
-  for (index_t d : t.shape) n *= static_cast<std::uint64_t>(d);
-  return n;
+/// Writes `text` to dir/name through a fresh temporary file (exclusively created under a random
+/// name, never following a planted link: safetensors_detail::temp_file) renamed into place.
+inline void write_text_file(const std::filesystem::path& dir, const std::string& name, const std::string& text) {
+  safetensors_detail::temp_file tmp(dir / name);
+  tmp.write(text.data(), text.size());
+  tmp.commit();
 }
 
-/// Writes `text` to dir/name through a temporary file renamed into place.
-inline void write_text_file(const std::filesystem::path& dir, const std::string& name, const std::string& text) {
-  const std::filesystem::path path = dir / name;
-  const std::filesystem::path tmp = dir / (name + ".tmp");
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.close();
-    if (!f) fail("model::write_random_checkpoint", "file", tmp.string(), "a writable file");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::string why = "a path ";
-    why += name;
-    why += " can be renamed to (";
-    why += ec.message();
-    why += ")";
-    fail("model::write_random_checkpoint", "file", path.string(), why);
-  }
+/// "12.50 GiB (13421772800 bytes)", or "more than 2^64 - 1 bytes".
+inline std::string format_bytes(std::uint64_t n, bool overflow) {
+  if (overflow) return "more than 2^64 - 1 bytes";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, static_cast<double>(n) / double(std::uint64_t{1} << 30),
+                               std::chars_format::fixed, 2);
+  return std::string(buf, r.ptr) + " GiB (" + std::to_string(n) + " bytes)";
+}
+
+/// The physical memory of this machine in bytes, or 0 when the system does not say.
+inline std::uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  std::uint64_t n = 0;
+  if (mul_overflows(static_cast<std::uint64_t>(pages), static_cast<std::uint64_t>(page), &n)) return UINT64_MAX;
+  return n;
 }
 
 }  // namespace random_checkpoint_detail
@@ -421,6 +514,38 @@ DSA_MODEL_IO std::vector<owned_tensor> random_checkpoint_tensors(const config& c
 /// model.safetensors file.
 inline constexpr std::uint64_t random_checkpoint_shard_bytes = std::uint64_t{4} << 30;
 
+/// What a random checkpoint for a config takes, computed from the config alone before anything
+/// is generated: checked 64-bit sums over every tensor (the experts of a layer counted as one
+/// times n_routed_experts, so a config of 2^31 experts is sized without allocating per expert).
+struct random_checkpoint_footprint {
+  std::uint64_t total_bytes = 0;         ///< the tensors' data (the files add their JSON headers)
+  std::uint64_t largest_unit_bytes = 0;  ///< the largest unit's tensors
+  std::string largest_unit;              ///< "model.embed_tokens", "model.layers.<l>" or "model.norm + lm_head"
+  /// What the generation holds in memory at once: every tensor (one file) or the largest unit
+  /// (sharded), plus the most the generation of one tensor holds beside them (per thread for the
+  /// experts, which are generated in parallel). An estimate from below: allocator overhead and
+  /// the safetensors headers come on top.
+  std::uint64_t memory_bytes = 0;
+  bool sharded = false;   ///< total_bytes > shard_bytes: written (and held) one unit at a time
+  bool overflow = false;  ///< some count exceeds 2^64 - 1 bytes (the counts are then UINT64_MAX)
+};
+
+/// The footprint of write_random_checkpoint(dir, cfg, seed, be, shard_bytes) (`cfg` validated
+/// first). random_checkpoint_tensors holds everything at once: its footprint is that of a
+/// shard_bytes of UINT64_MAX.
+DSA_MODEL_IO random_checkpoint_footprint random_checkpoint_size(
+    const config& cfg, const cpu_backend& be = cpu_backend{}, std::uint64_t shard_bytes = random_checkpoint_shard_bytes);
+
+/// The most memory write_random_checkpoint and random_checkpoint_tensors let a generation hold
+/// (random_checkpoint_footprint::memory_bytes): 3/4 of this machine's physical memory, leaving a
+/// quarter to the system, the page cache of the file being written and the estimate's slack; 0
+/// (no limit) when the system does not report its memory. Beyond it a generation would end in
+/// std::bad_alloc or the kernel's OOM killer, after minutes of work, instead of a message.
+inline std::uint64_t random_checkpoint_memory_limit() {
+  const std::uint64_t physical = random_checkpoint_detail::physical_memory_bytes();
+  return physical / 4 * 3;
+}
+
 /// Writes a random checkpoint into `dir` (created if needed): config.json (config::to_json) and
 /// the tensors, whose __metadata__ records the generator and the seed: one model.safetensors
 /// when they take at most `shard_bytes`, else one shard per unit (embedding, each layer, final
@@ -432,9 +557,89 @@ DSA_MODEL_IO void write_random_checkpoint(const std::filesystem::path& dir, cons
                                           std::uint64_t shard_bytes = random_checkpoint_shard_bytes);
 
 #if DSA_MODEL_IO_DEFINITIONS  // dsa/model/io_linkage.hpp
+DSA_MODEL_IO random_checkpoint_footprint random_checkpoint_size(const config& cfg, const cpu_backend& be,
+                                                                std::uint64_t shard_bytes) {
+  namespace rd = random_checkpoint_detail;
+  cfg.validate("model::random_checkpoint");
+  random_checkpoint_footprint f;
+  rd::byte_count total, peak;  // peak: the largest unit's tensors plus its generation's staging
+  const auto threads = static_cast<std::uint64_t>(std::max(1, cpu_detail::thread_count(be)));
+  const auto experts = static_cast<std::uint64_t>(cfg.n_routed_experts);
+  rd::generator gen(cfg, 0, be, true);
+  std::uint64_t max_staging = 0;
+  for (index_t u = 0; u < gen.units(); ++u) {
+    (void)gen.unit(u);
+    const rd::byte_count& held = gen.held();
+    total.add(held.bytes);
+    if (held.overflow) total.set_overflow();
+    if (held.overflow || held.bytes > f.largest_unit_bytes || f.largest_unit.empty()) {
+      f.largest_unit_bytes = held.bytes;
+      f.largest_unit = u == 0                ? std::string("model.embed_tokens")
+                       : u == gen.units() - 1 ? std::string("model.norm + lm_head")
+                                              : "model.layers." + std::to_string(u - 1);
+    }
+    // Staging: one tensor at a time, or one expert per thread at a time.
+    rd::byte_count staging = gen.staging();
+    if (const auto per_thread = rd::checked_product({gen.expert_staging().bytes, std::min(threads, experts)});
+        gen.expert_staging().overflow || !per_thread) {
+      staging.set_overflow();
+    } else if (!staging.overflow) {
+      staging.bytes = std::max(staging.bytes, *per_thread);
+    }
+    if (staging.overflow) {
+      peak.set_overflow();
+    } else {
+      max_staging = std::max(max_staging, staging.bytes);
+      rd::byte_count unit = held;
+      unit.add(staging.bytes);
+      if (unit.overflow) {
+        peak.set_overflow();
+      } else if (!peak.overflow) {
+        peak.bytes = std::max(peak.bytes, unit.bytes);
+      }
+    }
+  }
+  f.total_bytes = total.bytes;
+  f.sharded = total.overflow || total.bytes > shard_bytes;
+  rd::byte_count memory = peak;
+  if (!f.sharded) {
+    memory = total;
+    memory.add(max_staging);
+    if (peak.overflow) memory.set_overflow();
+  }
+  f.memory_bytes = memory.bytes;
+  f.overflow = total.overflow || memory.overflow;
+  return f;
+}
+
+namespace random_checkpoint_detail {
+
+/// Refuses a generation whose footprint does not fit in 64 bits or whose memory exceeds
+/// random_checkpoint_memory_limit(), before anything is allocated, naming what it would need.
+inline void check_footprint(std::string_view op, const random_checkpoint_footprint& f) {
+  if (f.overflow) {
+    fail(op, "checkpoint size", "more than 2^64 - 1 bytes",
+         "a configuration whose tensors can be counted in 64 bits (reduce the sizes)");
+  }
+  const std::uint64_t limit = random_checkpoint_memory_limit();
+  if (limit != 0 && f.memory_bytes > limit) {
+    fail(op, "memory needed",
+         format_bytes(f.memory_bytes, false) + ", for tensors of " + format_bytes(f.total_bytes, false) +
+             " whose largest unit, " + f.largest_unit + ", takes " + format_bytes(f.largest_unit_bytes, false),
+         "at most " + format_bytes(limit, false) + " (3/4 of this machine's physical memory): " +
+             (f.sharded ? "the largest unit is generated whole in memory, so reduce its sizes"
+                        : "a checkpoint of one file is generated whole in memory, so a smaller shard size, "
+                          "which generates one unit at a time, or smaller sizes"));
+  }
+}
+
+}  // namespace random_checkpoint_detail
+
 DSA_MODEL_IO std::vector<owned_tensor> random_checkpoint_tensors(const config& cfg, std::uint64_t seed,
                                                                  const cpu_backend& be) {
-  cfg.validate("model::random_checkpoint");
+  // Every tensor is held at once: sized, and refused if it cannot be, before any is generated.
+  random_checkpoint_detail::check_footprint("model::random_checkpoint_tensors",
+                                            random_checkpoint_size(cfg, be, UINT64_MAX));
   return random_checkpoint_detail::generator(cfg, seed, be).run();
 }
 
@@ -442,17 +647,19 @@ DSA_MODEL_IO void write_random_checkpoint(const std::filesystem::path& dir, cons
                                           const cpu_backend& be, std::uint64_t shard_bytes) {
   namespace fs = std::filesystem;
   namespace rd = random_checkpoint_detail;
-  cfg.validate("model::random_checkpoint");
+  // The sizes first (validating cfg): nothing is created or allocated for a checkpoint that
+  // cannot be generated in this machine's memory.
+  const random_checkpoint_footprint footprint = random_checkpoint_size(cfg, be, shard_bytes);
+  rd::check_footprint("model::write_random_checkpoint", footprint);
+  const std::uint64_t total = footprint.total_bytes;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir)) {
-    fail("model::write_random_checkpoint", "dir", dir.string(),
+    fail("model::write_random_checkpoint", "dir", ::dsa::detail::quoted_path(dir),
          "a directory that can be created (" + (ec ? ec.message() : std::string("not a directory")) + ")");
   }
   const std::map<std::string, std::string> metadata{
       {"format", "pt"}, {"generator", "dsa::model::write_random_checkpoint"}, {"seed", std::to_string(seed)}};
-  std::uint64_t total = 0;
-  for (const owned_tensor& t : rd::generator(cfg, seed, be, true).run()) total += rd::tensor_bytes(t);
   auto write_file = [&](const fs::path& path, const std::vector<owned_tensor>& tensors) {
     std::vector<safetensors_entry> entries;
     entries.reserve(tensors.size());
@@ -460,13 +667,13 @@ DSA_MODEL_IO void write_random_checkpoint(const std::filesystem::path& dir, cons
     write_safetensors(path, entries, metadata);
   };
 
-  if (total <= shard_bytes) {
+  if (!footprint.sharded) {
     if (fs::exists(dir / safetensors_checkpoint::index_name)) {
-      fail("model::write_random_checkpoint", "dir", dir.string(),
+      fail("model::write_random_checkpoint", "dir", ::dsa::detail::quoted_path(dir),
            "a directory without " + std::string(safetensors_checkpoint::index_name) +
                " (it holds a sharded checkpoint, which the loader would read instead of model.safetensors)");
     }
-    write_file(dir / safetensors_checkpoint::single_name, random_checkpoint_tensors(cfg, seed, be));
+    write_file(dir / safetensors_checkpoint::single_name, rd::generator(cfg, seed, be).run());
   } else {
     rd::generator gen(cfg, seed, be);
     const index_t units = gen.units();

@@ -47,6 +47,7 @@
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/model/checkpoint_files.hpp"
 #include "dsa/model/io_linkage.hpp"
 #include "dsa/model/json_structure.hpp"
 
@@ -199,21 +200,17 @@ namespace safetensors_detail {
 /// limit is 100 MB; real V3.2 shards have headers of a few hundred KB).
 inline constexpr std::uint64_t safetensors_max_header = std::uint64_t{100} << 20;
 
-inline std::string st_prefix(const std::filesystem::path& path) { return "dsa::safetensors: " + path.string() + ": "; }
+inline std::string st_prefix(const std::filesystem::path& path) {
+  return "dsa::safetensors: " + detail::quoted_path(path) + ": ";
+}
 
 [[noreturn]] inline void st_fail(const std::filesystem::path& path, std::string_view what) {
   throw error(st_prefix(path) + std::string(what));
 }
 
-inline std::string quote_name(std::string_view name) {
-  // Appends rather than "'" + std::string(name): GCC 12 gives a false -Wrestrict on the latter.
-  std::string q;
-  q.reserve(name.size() + 2);
-  q += '\'';
-  q += name;
-  q += '\'';
-  return q;
-}
+/// A tensor, shard or key name from a file (or a caller) for a message: dsa::quoted, so a
+/// 5,000-character or escape-laden name prints as at most quote_max_bytes of inert text.
+inline std::string quote_name(std::string_view name) { return ::dsa::quoted(name); }
 
 /// Read-only private mapping of a whole file; move-only.
 class file_mapping {
@@ -298,43 +295,23 @@ inline nlohmann::json parse_json_object(const std::filesystem::path& path, std::
   try {
     j = nlohmann::json::parse(first, last);
   } catch (const nlohmann::json::exception& e) {
-    st_fail(path, std::string(what) + " is not valid JSON (" + e.what() + ")");
+    st_fail(path, std::string(what) + " is not valid JSON (" + detail::json_parse_error(e.what()) + ")");
   }
   if (!j.is_object()) st_fail(path, std::string(what) + " is a JSON " + j.type_name() + "; expected a JSON object");
   return j;
 }
 
-/// A shard reached through symlinks must stay in the checkpoint: its real path inside the index's
-/// directory, or, for the Hugging Face hub cache (<repo>/snapshots/<revision>/<shard> linking to
-/// <repo>/blobs/<hash>), inside that repository's blobs/. Anything else (a link to /etc/passwd)
-/// is refused before the file is opened, so none of its bytes reach an error message.
-inline void check_shard_containment(const std::filesystem::path& index, const std::string& where,
-                                    const std::filesystem::path& dir, const std::filesystem::path& shard) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path real = fs::canonical(shard, ec);
-  if (ec) st_fail(index, where + "; expected a readable shard file (" + shard.string() + ": " + ec.message() + ")");
-  const fs::path base = fs::canonical(dir.empty() ? fs::path(".") : dir, ec);
-  if (ec) st_fail(index, where + "; expected a readable checkpoint directory (" + ec.message() + ")");
-  const auto inside = [](const fs::path& p, const fs::path& root) {
-    auto r = root.begin(), q = p.begin();
-    for (; r != root.end(); ++r, ++q) {
-      if (q == p.end() || *q != *r) return false;
-    }
-    return q != p.end();
-  };
-  if (inside(real, base)) return;
-  const fs::path revision_dir = base.parent_path();
-  if (revision_dir.filename() == "snapshots" && inside(real, revision_dir.parent_path() / "blobs")) return;
-  st_fail(index, where + "; expected a shard inside the checkpoint directory " + base.string() +
-                     " (or its Hugging Face cache blobs/), but it resolves to " + real.string());
+/// A file the loader found in the checkpoint directory `dir` (a shard, the index, model.safetensors)
+/// must resolve inside it, or inside the Hugging Face cache's blobs/ (dsa/model/checkpoint_files.hpp);
+/// else a dsa::error about `reported` (the index naming the shard, or the file itself) after
+/// `where`, raised before the file is opened, so none of its bytes reach a message.
+inline void check_containment(const std::filesystem::path& reported, const std::string& where,
+                              const std::filesystem::path& dir, const std::filesystem::path& file) {
+  const detail::containment c = detail::contained_file(dir, file);
+  if (!c) st_fail(reported, where + "real path = " + c.value + "; expected " + c.expected);
 }
 
-inline std::string json_excerpt(const nlohmann::json& j) {
-  std::string s = j.dump();
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
-}
+inline std::string json_excerpt(const nlohmann::json& j) { return detail::json_excerpt(j); }
 
 }  // namespace safetensors_detail
 
@@ -564,10 +541,11 @@ class temp_file {
       }
       const int e = errno;
       if (e != EEXIST && e != EINTR) {
-        st_fail(target_, "cannot create a temporary file in " + dir.string() + ": " + errno_message(e));
+        st_fail(target_, "cannot create a temporary file in " + detail::quoted_path(dir) + ": " + errno_message(e));
       }
     }
-    st_fail(target_, "cannot create a temporary file in " + dir.string() + ": every name tried already exists");
+    st_fail(target_,
+            "cannot create a temporary file in " + detail::quoted_path(dir) + ": every name tried already exists");
   }
   temp_file(const temp_file&) = delete;
   temp_file& operator=(const temp_file&) = delete;
@@ -584,7 +562,7 @@ class temp_file {
       if (w < 0) {
         const int e = errno;
         if (e == EINTR) continue;
-        st_fail(target_, "cannot write " + path_.string() + ": " + errno_message(e));
+        st_fail(target_, "cannot write " + detail::quoted_path(path_) + ": " + errno_message(e));
       }
       p += w;
       n -= static_cast<std::size_t>(w);
@@ -597,16 +575,16 @@ class temp_file {
     if (::fsync(fd_) != 0) {
       const int e = errno;
       if (e != EINVAL && e != EROFS)  // a file system without fsync: nothing to flush to
-        st_fail(target_, "cannot write " + path_.string() + ": " + errno_message(e));
+        st_fail(target_, "cannot write " + detail::quoted_path(path_) + ": " + errno_message(e));
     }
     const int fd = std::exchange(fd_, -1);
     if (::close(fd) != 0) {
       const int e = errno;
-      st_fail(target_, "cannot write " + path_.string() + ": " + errno_message(e));
+      st_fail(target_, "cannot write " + detail::quoted_path(path_) + ": " + errno_message(e));
     }
     if (::rename(path_.c_str(), target_.c_str()) != 0) {
       const int e = errno;  // before anything else can overwrite it
-      st_fail(target_, "cannot rename " + path_.string() + " into place: " + errno_message(e));
+      st_fail(target_, "cannot rename " + detail::quoted_path(path_) + " into place: " + errno_message(e));
     }
     path_.clear();  // it is the target now: nothing to remove
   }
@@ -812,10 +790,13 @@ DSA_MODEL_IO safetensors_checkpoint safetensors_checkpoint::open(const std::file
   const fs::file_status st = fs::status(path, ec);
   if (ec || !fs::exists(st)) safetensors_detail::st_fail(path, "no such file or directory");
   if (fs::is_directory(st)) {
-    if (fs::exists(path / index_name)) return open_index(path / index_name);
-    if (fs::exists(path / single_name)) {
-      safetensors_detail::check_shard_containment(path / single_name, "the checkpoint's file", path,
-                                                  path / single_name);
+    // Files found in the directory must stay in it (a dangling link counts as absent here).
+    if (fs::exists(path / index_name, ec)) {
+      safetensors_detail::check_containment(path / index_name, "", path, path / index_name);
+      return open_index(path / index_name);
+    }
+    if (fs::exists(path / single_name, ec)) {
+      safetensors_detail::check_containment(path / single_name, "", path, path / single_name);
       return open_single(path / single_name);
     }
     safetensors_detail::st_fail(path, "directory has neither " + std::string(index_name) + " nor " +
@@ -889,11 +870,13 @@ DSA_MODEL_IO safetensors_checkpoint safetensors_checkpoint::open_index(const std
     if (it == shard_index.end()) {
       const fs::path p = dir / file;
       if (!fs::exists(p, ec)) {
+        // The directory, not dir / file: the name is the file's text, quoted (and cut) above.
         safetensors_detail::st_fail(index, where + safetensors_detail::quote_name(file) +
-                                               "; expected an existing shard file (" + p.string() +
-                                               " does not exist)");
+                                               "; expected an existing shard file in " +
+                                               detail::quoted_path(dir.empty() ? fs::path(".") : dir) +
+                                               (ec ? " (" + ec.message() + ")" : std::string()));
       }
-      safetensors_detail::check_shard_containment(index, where + safetensors_detail::quote_name(file), dir, p);
+      safetensors_detail::check_containment(index, where + safetensors_detail::quote_name(file) + ": ", dir, p);
       c.shards_.push_back(safetensors_file::open(p));
       it = shard_index.emplace(file, c.shards_.size() - 1).first;
     }

@@ -10,7 +10,9 @@
 // Linear weights are FP8 (e4m3 codes plus the `weight_scale_inv` block multipliers) when the config
 // has a quantization_config, bf16 otherwise. Norm weights and the routing bias may be F32 or BF16
 // (Hugging Face checkpoints differ); BF16 ones are widened to fp32 once (a few KB per layer).
-// The MTP layer (index num_hidden_layers) and any other extra tensor are ignored.
+// The MTP layers (from index num_hidden_layers on, num_nextn_predict_layers of them) are ignored,
+// as are the layers past `num_layers` when a caller binds fewer; any other stored tensor the
+// config leaves unread is a dsa::error (check_unused: the config contradicts the checkpoint).
 // Every bound tensor is scanned for NaN / infinite values (dsa/model/finite_scan.hpp) unless
 // loaded with weight_check::none: a checkpoint with a non-finite weight is a dsa::error naming
 // the tensor and the element, because such a weight can make a layer's attention vanish without
@@ -26,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -189,13 +192,16 @@ class weights {
   [[noreturn]] void fail_tensor(std::string_view name, std::string_view what, std::string_view value,
                                 std::string_view expected) const {
     const tensor_info* t = ckpt_->find(name);
-    const std::string file = t ? ckpt_->shard_of(name).path().string() : ckpt_->path().string();
-    fail("model::weights", file + ": tensor '" + std::string(name) + "' " + std::string(what), value, expected);
+    const std::filesystem::path& file = t ? ckpt_->shard_of(name).path() : ckpt_->path();
+    fail("model::weights", ::dsa::detail::quoted_path(file) + ": tensor " + ::dsa::quoted(name) + " " + std::string(what),
+         value, expected);
   }
 
-  const tensor_info& lookup(const std::string& name, std::string_view why) const {
+  // Every tensor the binding reads goes through here, which records it for check_unused().
+  const tensor_info& lookup(const std::string& name, std::string_view why) {
     const tensor_info* t = ckpt_->find(name);
     if (!t) fail_tensor(name, "presence", "missing", "a tensor of the checkpoint (" + std::string(why) + ")");
+    used_.insert(t);
     return *t;
   }
 
@@ -235,7 +241,7 @@ class weights {
   }
 
   template <class T, std::size_t R>
-  host_view<const T, R> tensor(const std::string& name, std::vector<index_t> shape, std::string_view why) const {
+  host_view<const T, R> tensor(const std::string& name, std::vector<index_t> shape, std::string_view why) {
     const tensor_info& t = lookup(name, why);
     check_dtype(t, dtype_of<T>(), why);
     check_shape(t, std::move(shape), why);
@@ -258,7 +264,7 @@ class weights {
     return host_view<const float, 1>(dst.data(), {n});
   }
 
-  linear_weight linear(const std::string& prefix, index_t out, index_t in, std::string_view why) const {
+  linear_weight linear(const std::string& prefix, index_t out, index_t in, std::string_view why) {
     linear_weight l;
     l.name = prefix + ".weight";
     if (cfg_.fp8_weights()) {
@@ -271,7 +277,7 @@ class weights {
     return l;
   }
 
-  mlp_weights mlp(const std::string& prefix, index_t inter, std::string_view what) const {
+  mlp_weights mlp(const std::string& prefix, index_t inter, std::string_view what) {
     const index_t d = cfg_.hidden_size;
     const std::string io = std::string(what) + ", hidden_size";
     const std::string oi = "hidden_size, " + std::string(what);
@@ -279,31 +285,88 @@ class weights {
             linear(prefix + ".down_proj", d, inter, oi)};
   }
 
+  // The layer index n of a tensor named model.layers.<n>.*, or -1 for any other name.
+  static index_t layer_of(std::string_view name) {
+    constexpr std::string_view prefix = "model.layers.";
+    if (name.substr(0, prefix.size()) != prefix) return -1;
+    index_t layer = 0;
+    std::size_t i = prefix.size();
+    for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && i - prefix.size() < 9; ++i) {
+      layer = layer * 10 + (name[i] - '0');
+    }
+    if (i == prefix.size() || i >= name.size() || name[i] != '.') return -1;  // not model.layers.<n>.
+    return layer;
+  }
+
   // A checkpoint with more layers than the config declares (beyond the MTP layers,
   // num_nextn_predict_layers) would silently run as a truncated model: refused, naming both
   // counts. Running fewer layers on purpose is load()'s num_layers. Returns the layers stored.
   index_t check_layer_count() const {
     const auto& c = cfg_;
-    constexpr std::string_view prefix = "model.layers.";
     index_t stored = 0;  // 1 + the largest layer index any tensor name carries
-    for (const std::string_view name : ckpt_->names()) {
-      if (name.substr(0, prefix.size()) != prefix) continue;
-      index_t layer = 0;
-      std::size_t i = prefix.size();
-      for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && i - prefix.size() < 9; ++i) {
-        layer = layer * 10 + (name[i] - '0');
-      }
-      if (i == prefix.size() || i >= name.size() || name[i] != '.') continue;  // not model.layers.<n>.
-      stored = std::max(stored, layer + 1);
-    }
+    for (const std::string_view name : ckpt_->names()) stored = std::max(stored, layer_of(name) + 1);
     const index_t declared = c.num_hidden_layers + c.num_nextn_predict_layers;
     if (stored > declared) {
-      fail("model::weights", ckpt_->path().string() + ": config.json num_hidden_layers", c.num_hidden_layers,
+      fail("model::weights", ::dsa::detail::quoted_path(ckpt_->path()) + ": config.json num_hidden_layers",
+           c.num_hidden_layers,
            "the checkpoint's layer count: it stores model.layers.0 .. " + std::to_string(stored - 1) + " (" +
                std::to_string(stored) + " layers, " + std::to_string(c.num_nextn_predict_layers) +
                " of them MTP per num_nextn_predict_layers); to run fewer layers, load with num_layers");
     }
     return stored;
+  }
+
+  // The config key that most likely explains a stored tensor the binding did not read.
+  std::string_view unused_hint(std::string_view name) const {
+    const auto has = [&](std::string_view part) { return name.find(part) != std::string_view::npos; };
+    if (name == "lm_head.weight") return "tie_word_embeddings";
+    if (has(".mlp.shared_experts.")) return "n_shared_experts";
+    if (name.ends_with(".weight_scale_inv")) return "quantization_config";
+    if (has(".mlp.experts.") || has(".mlp.gate.") || has(".mlp.gate_proj.") || has(".mlp.up_proj.") ||
+        has(".mlp.down_proj.")) {
+      return "first_k_dense_replace or n_routed_experts";
+    }
+    return {};
+  }
+
+  // A stored tensor that the config leaves unread means config.json describes another model than
+  // the checkpoint holds: n_shared_experts = 0 over a checkpoint with shared experts would drop
+  // them and change every MoE layer's output without a word. Refused, naming the file, a few of
+  // the tensors and how many there are. Not counted as unused (docs/decisions.md, "Model
+  // configuration"): the layers [num_layers, num_hidden_layers) a caller skips on purpose, the
+  // MTP layers after them (num_nextn_predict_layers; more layers than that are check_layer_count's
+  // error), and rotary `inv_freq` buffers, which older Hugging Face exports saved but which hold
+  // nothing the config does not already fix (dsa computes RoPE from rope_theta and rope_scaling).
+  void check_unused(index_t bound_layers) const {
+    std::vector<std::string_view> unused;
+    for (const std::string_view name : ckpt_->names()) {
+      if (used_.count(ckpt_->find(name)) != 0) continue;
+      if (layer_of(name) >= bound_layers) continue;
+      if (name.ends_with(".rotary_emb.inv_freq")) continue;
+      unused.push_back(name);
+    }
+    if (unused.empty()) return;
+    constexpr std::size_t shown = 3;
+    std::string value = std::to_string(unused.size()) + " (";
+    std::vector<std::string_view> hints;
+    for (std::size_t i = 0; i < unused.size(); ++i) {
+      if (i < shown) value += (i ? ", " : "") + ::dsa::quoted(unused[i]);
+      const std::string_view h = unused_hint(unused[i]);
+      if (!h.empty() && std::find(hints.begin(), hints.end(), h) == hints.end()) hints.push_back(h);
+    }
+    value += unused.size() > shown ? ", ...)" : ")";
+    std::string expected =
+        "none: the config describes another model than the checkpoint stores, and running it would drop those "
+        "weights silently";
+    if (cfg_.tie_word_embeddings && std::find(unused.begin(), unused.end(), "lm_head.weight") != unused.end()) {
+      expected += " (tie_word_embeddings = true, but the checkpoint stores its own lm_head.weight)";
+    } else if (!hints.empty()) {
+      expected += " (check ";
+      for (std::size_t i = 0; i < hints.size(); ++i) expected += (i ? ", " : "") + std::string(hints[i]);
+      expected += ")";
+    }
+    fail("model::weights", ::dsa::detail::quoted_path(ckpt_->path()) + ": tensors the config does not use", value,
+         expected);
   }
 
   void bind_all(index_t num_layers);
@@ -312,6 +375,7 @@ class weights {
   std::unique_ptr<safetensors_checkpoint> ckpt_;
   weight_check check_ = weight_check::finite;
   std::vector<std::vector<float>> widened_;  // BF16 norm weights and biases widened to fp32
+  std::unordered_set<const tensor_info*> used_;  // every tensor lookup() returned
 };
 
 #if DSA_MODEL_IO_DEFINITIONS  // dsa/model/io_linkage.hpp
@@ -389,6 +453,8 @@ DSA_MODEL_IO void weights::bind_all(index_t num_layers) {
     }
     layers.push_back(std::move(lw));
   }
+  check_unused(n_layers);
+  used_ = {};  // only needed while binding
 }
 #endif  // DSA_MODEL_IO_DEFINITIONS
 
