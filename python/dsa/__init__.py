@@ -6,13 +6,16 @@ inputs' framework and on their device when ``out=`` is not given and writing int
 place when it is. ``threads=`` sets the CPU thread count of one call (``dsa.set_num_threads`` the
 default; 0 = every hardware thread); ``stream=`` the CUDA stream of a call on CUDA arrays (torch's
 current stream by default). The GIL is released while an op runs. Every error is a ``dsa.Error``
-(a ``ValueError``) with the C++ library's message. See docs/python.md.
+(a ``ValueError``) with the C++ library's message; so is a scalar argument of the wrong type
+(an integer is an int or a NumPy integer, never a float, bool or str; a float a finite real
+number; a flag a bool). See docs/python.md.
 """
 
 from . import _core
 from ._arrays import (Error, built_with_cuda, causal_ranges, cuda_available, cuda_device_count, get_num_threads,
                       has_ml_dtypes, set_num_threads)
-from .attention import sparse_mha_attention, sparse_mla_attention
+from .attention import (sparse_mha_attention, sparse_mla_attention, sparse_mla_attention_num_splits,
+                        sparse_mla_attention_workspace_size)
 from .dense import (add_rms_norm, fp8_linear, layer_norm, linear, moe_combine, moe_route, rms_norm, rope_apply,
                     swiglu)
 from .indexer import (gather_rows, indexer_kl_loss_dense, indexer_kl_loss_sparse, lightning_indexer_backward,
@@ -26,9 +29,6 @@ __version__ = _core.__version__
 
 #: Whether this build has the CUDA paths (DSA_ENABLE_CUDA=ON at build time); as built_with_cuda().
 has_cuda = bool(_core.has_cuda_build)
-
-sparse_mla_attention_workspace_size = _core.sparse_mla_attention_workspace_size
-sparse_mla_attention_num_splits = _core.sparse_mla_attention_num_splits
 
 __all__ = [
     "Error", "Sequence", "Transformer", "act_dequant", "act_quant", "add_rms_norm", "built_with_cuda",

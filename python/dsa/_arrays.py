@@ -25,8 +25,11 @@ dsa                        PyTorch                     NumPy
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 import sys
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,16 +45,130 @@ Error = _core.Error
 _NP_BF16 = np.dtype(_ml_dtypes.bfloat16) if _ml_dtypes is not None else None
 _NP_E4M3 = np.dtype(_ml_dtypes.float8_e4m3fn) if _ml_dtypes is not None else None
 
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+UINT64_MAX = 2**64 - 1
+#: The most CPU threads a call may ask for: the binding's bound (python/src/common.hpp), which the
+#: C++ refuses at every call; dsa refuses it already where it is given.
+MAX_THREADS = int(_core.max_threads)
+_THREADS = f"0 (every hardware thread) or a thread count in [1, {MAX_THREADS}]"
+
+# ---- scalar arguments -----------------------------------------------------------------------------
+#
+# Every scalar argument of every public function is checked here, before anything is allocated or
+# handed to _core, with messages in the C++ library's format ("dsa::<op>: <argument> = <value>;
+# expected <what>", a dsa.Error): an integer where the C++ takes an integer (operator.index
+# semantics: int, NumPy integers, anything with __index__; never bool, float or str, which used
+# to be truncated or parsed), a finite real number where it takes a float, a bool for flags, a str
+# for names. The ranges the C++ checks are left to it, except where Python allocates from the
+# value first (k, top_k, d_v, n, ...): there the op's function checks the range here.
+
+
+def _bound_text(v: int) -> str:
+    return {INT32_MAX: "2^31 - 1", INT64_MAX: "2^63 - 1", INT64_MIN: "-2^63", UINT64_MAX: "2^64 - 1"}.get(v, str(v))
+
+
+def int_range(lo: int, hi: int) -> str:
+    """"an integer in [lo, hi]", the bounds 2^31 - 1 and 2^63 - 1 written so."""
+    return f"an integer in [{_bound_text(lo)}, {_bound_text(hi)}]"
+
+
+def show(v: Any) -> str:
+    """A scalar argument as a message prints it: numbers and bools as Python writes them (a huge
+    integer by its size), strings quoted and escaped (dsa::quoted: the caller wrote them),
+    anything else by its type."""
+    if v is None:
+        return "None"
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, (int, np.integer)):
+        i = int(v)
+        return str(i) if abs(i) < 10**30 else f"an integer of {i.bit_length()} bits"
+    if isinstance(v, (float, np.floating)):
+        return str(float(v)) if isinstance(v, float) else str(v)
+    if isinstance(v, str):
+        # A str that is not valid UTF-8 (lone surrogates) cannot cross into C++ as it is.
+        return _core.quoted(v.encode("utf-8", "backslashreplace").decode("utf-8"))
+    return f"an object of type {type(v).__name__}"
+
+
+def typed(v: Any) -> str:
+    """show(v), with the type for a value of the wrong type (``2.9 (float)``, ``'3' (str)``)."""
+    text = show(v)
+    if v is None or text.startswith("an object of type"):
+        return text
+    return f"{text} ({type(v).__name__})"
+
+
+def fail(op: str, name: str, value: str, expected: str) -> NoReturn:
+    """Raises dsa.Error with the C++ library's message format, escaped and bounded as every
+    dsa::error message is (the type names of foreign objects are the caller's text)."""
+    text = f"dsa::{op}: {name} = {value}; expected {expected}"
+    # A type name may hold lone surrogates, which cannot cross into C++ as UTF-8: written escaped.
+    raise Error(_core.printable(text.encode("utf-8", "backslashreplace").decode("utf-8")))
+
+
+def int_arg(op: str, name: str, v: Any, lo: int = INT64_MIN, hi: int = INT64_MAX,
+            expected: Optional[str] = None) -> int:
+    """Integer argument `name` as a Python int in [lo, hi] (the C++ type's range by default)."""
+    expected = expected or int_range(lo, hi)
+    if isinstance(v, (bool, np.bool_)):
+        fail(op, name, typed(v), expected)
+    try:
+        i = operator.index(v)
+    except Exception:  # TypeError, or whatever a foreign __index__ raises
+        fail(op, name, typed(v), expected)
+    if not lo <= i <= hi:
+        fail(op, name, show(i), expected)
+    return i
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def real_arg(op: str, name: str, v: Any, expected: str = "a finite real number") -> float:
+    """Float argument `name` as a Python float: a real number (int, float, NumPy integer or
+    floating; not bool, str or complex) that is finite once rounded to the C++'s float32."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        fail(op, name, typed(v), expected)
+    try:
+        f = float(v)
+    except (OverflowError, ValueError, TypeError):  # an int beyond the double range
+        fail(op, name, show(v), expected + " (within float32)")
+    if not math.isfinite(f):
+        fail(op, name, show(v), expected)
+    with np.errstate(over="ignore"):
+        if not np.isfinite(np.float32(f)):
+            fail(op, name, show(v), f"{expected} (within float32: |{name}| <= {_F32_MAX:.8g})")
+    return f
+
+
+def flag_arg(op: str, name: str, v: Any) -> bool:
+    """Flag argument `name`: True or False (a NumPy bool too), not any truthy object."""
+    if not isinstance(v, (bool, np.bool_)):
+        fail(op, name, typed(v), "True or False")
+    return bool(v)
+
+
+def str_arg(op: str, name: str, v: Any, expected: str) -> str:
+    """Name argument `name` (a format, a layout, ...): a str; its value is the C++'s to check."""
+    if not isinstance(v, str):
+        fail(op, name, typed(v), expected)
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        fail(op, name, show(v), expected)
+    return v
+
+
 _default_threads = 0
 
 
 def set_num_threads(n: int) -> None:
     """Sets the CPU thread count the ops use when ``threads=`` is not given (0: every hardware
-    thread, the default)."""
+    thread, the default; at most dsa's bound, 4096, which every op would refuse)."""
     global _default_threads
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise Error(f"dsa::set_num_threads: n = {n!r}; expected an integer >= 0")
-    _default_threads = int(n)
+    _default_threads = int_arg("set_num_threads", "n", n, 0, MAX_THREADS, _THREADS)
 
 
 def get_num_threads() -> int:
@@ -62,9 +179,7 @@ def get_num_threads() -> int:
 def threads_arg(op: str, threads: Optional[int]) -> int:
     if threads is None:
         return _default_threads
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
-        raise Error(f"dsa::{op}: threads = {threads!r}; expected None or an integer >= 0")
-    return int(threads)
+    return int_arg(op, "threads", threads, 0, MAX_THREADS, "None, " + _THREADS)
 
 
 def _torch():
@@ -106,23 +221,26 @@ def stream_handle(op: str, stream: Any) -> int:
     """The integer cudaStream_t of a ``stream=`` argument: an int, a ``torch.cuda.Stream``
     (``.cuda_stream``), an object with ``__cuda_stream__`` (the CUDA stream protocol) or a CuPy
     stream (``.ptr``); None is 0, the legacy default stream."""
+    handle_text = "a cudaStream_t handle in [0, 2^64 - 1]"
     if stream is None:
         return 0
-    if not isinstance(stream, bool) and isinstance(stream, (int, np.integer)):
-        if int(stream) < 0:
-            raise Error(f"dsa::{op}: stream = {stream!r}; expected a cudaStream_t handle >= 0")
-        return int(stream)
+    if not isinstance(stream, (bool, np.bool_)) and isinstance(stream, (int, np.integer)):
+        return int_arg(op, "stream", stream, 0, UINT64_MAX, handle_text)
     handle = getattr(stream, "cuda_stream", None)
     if isinstance(handle, int):
-        return handle
+        return int_arg(op, "stream.cuda_stream", handle, 0, UINT64_MAX, handle_text)
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
-        return int(proto()[1])
+        try:
+            handle = proto()[1]
+        except Exception:
+            fail(op, "stream.__cuda_stream__()", show(stream), "a (version, handle) tuple")
+        return int_arg(op, "stream.__cuda_stream__()[1]", handle, 0, UINT64_MAX, handle_text)
     handle = getattr(stream, "ptr", None)
     if isinstance(handle, int):
-        return handle
-    raise Error(f"dsa::{op}: stream = {stream!r}; expected None, an integer cudaStream_t or a stream object "
-                "(torch.cuda.Stream, __cuda_stream__, CuPy's .ptr)")
+        return int_arg(op, "stream.ptr", handle, 0, UINT64_MAX, handle_text)
+    fail(op, "stream", typed(stream), "None, an integer cudaStream_t or a stream object "
+         "(torch.cuda.Stream, __cuda_stream__, CuPy's .ptr)")
 
 
 class _Launch:
@@ -157,8 +275,7 @@ def launch(op: str, first: Any, stream: Any) -> _Launch:
     legacy default stream (0) for other producers."""
     if not is_cuda(first):
         if stream is not None:
-            raise Error(f"dsa::{op}: stream = {stream!r}; expected None: the arrays are in CPU memory "
-                        "(streams are for CUDA arrays)")
+            fail(op, "stream", show(stream), "None: the arrays are in CPU memory (streams are for CUDA arrays)")
         return _ON_CPU
     if not _core.has_cuda_build:
         return _ON_CPU  # _core rejects the CUDA array, saying this build runs the CPU backend only
@@ -170,7 +287,7 @@ def launch(op: str, first: Any, stream: Any) -> _Launch:
         return _Launch(torch.cuda.current_stream(device).cuda_stream)
     if isinstance(stream, torch.cuda.Stream):
         if stream.device != device:
-            raise Error(f"dsa::{op}: stream.device = {stream.device}; expected {device} (the arrays' device)")
+            fail(op, "stream.device", str(stream.device), f"{device} (the arrays' device)")
         s = stream
     else:
         handle = stream_handle(op, stream)
@@ -196,15 +313,18 @@ def cuda_available() -> bool:
 
 # ---- dtypes -------------------------------------------------------------------------------------
 
-_NAMES = {"float32", "bfloat16", "float8_e4m3fn", "uint8", "int32", "int64", "uint16"}
+_ITEMSIZE = {"float32": 4, "bfloat16": 2, "float8_e4m3fn": 1, "uint8": 1, "int32": 4, "int64": 8, "uint16": 2}
+_NAMES = set(_ITEMSIZE)
 
 
-def dtype_name(d: Any) -> str:
-    """The dsa name of a dtype given as a name, a NumPy dtype or a torch dtype."""
+def dtype_name(d: Any, op: str = "dtype", name: str = "dtype") -> str:
+    """The dsa name of a dtype argument `name` of `op` given as a name, a NumPy dtype or a torch
+    dtype."""
+    expected = "float32, bfloat16, float8_e4m3fn, uint8, int32 or int64"
     if isinstance(d, str):
         if d in _NAMES:
             return d
-        raise Error(f"dsa: dtype = {d!r}; expected one of {sorted(_NAMES)}")
+        fail(op, name, show(d), "one of " + ", ".join(repr(n) for n in sorted(_NAMES)))
     torch = _torch()
     if torch is not None and isinstance(d, torch.dtype):
         if d == torch.float32:
@@ -216,26 +336,32 @@ def dtype_name(d: Any) -> str:
         for n in ("uint8", "int32", "int64"):
             if d == getattr(torch, n):
                 return n
-        raise Error(f"dsa: dtype = {d}; expected float32, bfloat16, float8_e4m3fn, uint8, int32 or int64")
+        fail(op, name, str(d), expected)
+    if isinstance(d, (bool, np.bool_, numbers.Number)) or d is None:
+        # np.dtype(None) is float64 and np.dtype(1) an error: neither is a choice of dtype here.
+        fail(op, name, typed(d), "a dtype name, a NumPy dtype or a torch dtype")
     try:
         nd = np.dtype(d)
-    except TypeError:
-        raise Error(f"dsa: dtype = {d!r}; expected a dtype name, a NumPy dtype or a torch dtype") from None
+    except Exception:  # TypeError, or whatever a foreign object makes NumPy raise
+        fail(op, name, typed(d), "a dtype name, a NumPy dtype or a torch dtype")
     if _NP_BF16 is not None and nd == _NP_BF16:
         return "bfloat16"
     if _NP_E4M3 is not None and nd == _NP_E4M3:
         return "float8_e4m3fn"
     if nd.name in _NAMES:
         return nd.name
-    raise Error(f"dsa: dtype = {nd}; expected float32, bfloat16, float8_e4m3fn, uint8, int32 or int64")
+    fail(op, name, str(nd), expected)
 
 
-def array_dtype_name(a: Any) -> str:
-    """dsa's name of an array's element type (uint16 NumPy arrays hold bfloat16 bits)."""
-    if is_torch(a):
-        return dtype_name(a.dtype)
-    name = dtype_name(a.dtype)
-    return "bfloat16" if name == "uint16" else name
+def float_dtype_name(a: Any, op: str, name: str, rank: int) -> str:
+    """"float32" or "bfloat16": the element type of array argument `name` (uint16 NumPy arrays
+    hold bfloat16 bits), checked as ``info`` checks it; any other dtype is the op's message."""
+    _, dtype = info(a, op, name, rank)
+    if dtype == "float32":
+        return dtype
+    if dtype in ("bfloat16", "uint16"):
+        return "bfloat16"
+    fail(op, name + ".dtype", dtype, "float32 or bfloat16")
 
 
 def _numpy_dtype(name: str) -> np.dtype:
@@ -292,58 +418,29 @@ def core(a: Any) -> Any:
     return a
 
 
-# ---- allocation -----------------------------------------------------------------------------------
+# ---- array arguments ------------------------------------------------------------------------------
 
 
-def _no_allocation(like: Any) -> None:
-    """CUDA arrays of frameworks other than torch: dsa does not allocate in them."""
-    if not isinstance(like, np.ndarray) and not is_torch(like) and is_cuda(like):
-        raise Error(f"dsa: out = None with a CUDA array of type {type(like).__name__}; expected out= (and every "
-                    "optional array argument) given: dsa allocates only NumPy arrays and torch tensors")
+def info(a: Any, op: str, name: str, rank: int, strided: bool = False) -> Tuple[Tuple[int, ...], str]:
+    """(shape, dtype name) of array argument `name`, imported as the op will import it, its rank
+    and layout checked as the op checks them (same messages): None, a list, a scalar, an object
+    whose __dlpack__ fails (dtype object, a torch tensor that requires grad, ...), a wrong rank or
+    a strided layout the op refuses are a dsa.Error here, before anything is allocated from a
+    shape. `strided`: outer dimensions may be strided (rope_apply, sparse_mha_attention)."""
+    shp, dtype = _core.array_info(core(a), op, name, rank, strided)
+    return tuple(shp), dtype
 
 
-def empty(shape: Sequence[int], dtype: str, like: Any, zero: bool = False) -> Any:
-    """A new array of dsa dtype `dtype` in the framework and on the device of `like`."""
-    shape = tuple(int(s) for s in shape)
-    _no_allocation(like)
-    if is_torch(like):
-        torch = _torch()
-        f = torch.zeros if zero else torch.empty
-        return f(shape, dtype=_torch_dtype(dtype), device=like.device)
-    f = np.zeros if zero else np.empty
-    np_dtype = _numpy_dtype(dtype)
-    if dtype == "bfloat16" and isinstance(like, np.ndarray) and like.dtype == np.uint16:
-        np_dtype = np.dtype(np.uint16)  # a caller working in bf16 bit patterns gets bit patterns
-    return f(shape, dtype=np_dtype)
+def shape(a: Any, op: str, name: str, rank: int, strided: bool = False) -> Tuple[int, ...]:
+    """The shape of array argument `name` of rank `rank`, checked as ``info`` checks it. A NumPy
+    array's or torch tensor's own ``.shape`` is the imported one; any other object's is never read
+    (it may claim any size)."""
+    return info(a, op, name, rank, strided)[0]
 
 
-def empty_like_dtype(like: Any, shape: Sequence[int], same_as: Any) -> Any:
-    """A new array of the same dtype object as `same_as` (so uint16 bf16 bits stay uint16)."""
-    shape = tuple(int(s) for s in shape)
-    _no_allocation(like)
-    if is_torch(like):
-        torch = _torch()
-        return torch.empty(shape, dtype=same_as.dtype, device=like.device)
-    return np.empty(shape, dtype=same_as.dtype)
-
-
-def shape_of(a: Any, op: str, name: str) -> Tuple[int, ...]:
-    """The shape of an array argument, or dsa.Error if it is not an array."""
-    if a is None:
-        raise Error(f"dsa::{op}: {name} = None; expected an array (NumPy, PyTorch or another DLPack producer)")
-    s = getattr(a, "shape", None)
-    if s is None:
-        raise Error(f"dsa::{op}: {name} = an object of type {type(a).__name__}; expected an array "
-                    "(NumPy, PyTorch or another DLPack producer)")
-    return tuple(int(e) for e in s)
-
-
-def dim(a: Any, op: str, name: str, rank: int, axis: int) -> int:
+def dim(a: Any, op: str, name: str, rank: int, axis: int, strided: bool = False) -> int:
     """Extent `axis` of array argument `name`, which must have rank `rank`."""
-    s = shape_of(a, op, name)
-    if len(s) != rank:
-        raise Error(f"dsa::{op}: {name}.ndim = {len(s)}; expected {rank} (an array of rank {rank})")
-    return s[axis]
+    return shape(a, op, name, rank, strided)[axis]
 
 
 def outputs(op: str, out: Any, names: Sequence[str]) -> Tuple[Any, ...]:
@@ -355,16 +452,88 @@ def outputs(op: str, out: Any, names: Sequence[str]) -> Tuple[Any, ...]:
     if n == 1 and not isinstance(out, (tuple, list)):
         return (out,)
     if not isinstance(out, (tuple, list)) or len(out) != n:
-        raise Error(f"dsa::{op}: out = {type(out).__name__}; expected None or a tuple of {n} arrays "
-                    f"({', '.join(names)})")
+        what = f"a {type(out).__name__} of {len(out)} entries" if isinstance(out, (tuple, list)) else typed(out)
+        fail(op, "out", what, f"None or a tuple of {n} arrays ({', '.join(names)})")
     return tuple(out)
 
 
-def ranges_array(like: Any, m: int, n: int, causal: bool) -> Any:
+# ---- allocation -----------------------------------------------------------------------------------
+#
+# Outputs are allocated only once every scalar argument that sizes them is checked (the ops call
+# int_arg & co. first) and the arrays whose shapes size them are imported (``shape``). What is
+# still too large for this process (a [m, k] top-k of a legal but huge k) is a dsa.Error naming
+# the output and its size, not a MemoryError from NumPy or torch.
+
+
+def no_allocation(op: str, like: Any) -> None:
+    """CUDA arrays of frameworks other than torch: dsa does not allocate in them."""
+    if not isinstance(like, np.ndarray) and not is_torch(like) and is_cuda(like):
+        fail(op, "out", f"None with a CUDA array of type {type(like).__name__}",
+             "out= (and every optional array argument) given: dsa allocates only NumPy arrays and torch tensors")
+
+
+def _allocate(op: str, name: str, shape: Tuple[int, ...], itemsize: int, make: Any) -> Any:
+    count = 1
+    for e in shape:
+        count *= e
+    nbytes = count * itemsize
+    what = f"an output of shape {shape} ({nbytes} bytes)"
+    if any(e < 0 for e in shape) or nbytes > INT64_MAX:
+        fail(op, name, what, "an output the process can allocate")
+    try:
+        return make()
+    except (MemoryError, ValueError, OverflowError, RuntimeError) as e:  # NumPy's and torch's ways
+        fail(op, name, what, f"an output the process can allocate ({type(e).__name__}: {show(str(e))})")
+
+
+def empty(op: str, name: str, shape: Sequence[int], dtype: str, like: Any, zero: bool = False) -> Any:
+    """Output `name` of `op`: a new array of dsa dtype `dtype` in the framework and on the device
+    of `like`."""
+    shape = tuple(int(s) for s in shape)
+    no_allocation(op, like)
+    if is_torch(like):
+        torch = _torch()
+        f = torch.zeros if zero else torch.empty
+        td = _torch_dtype(dtype)
+        return _allocate(op, name, shape, _ITEMSIZE[dtype], lambda: f(shape, dtype=td, device=like.device))
+    f = np.zeros if zero else np.empty
+    np_dtype = _numpy_dtype(dtype)
+    if dtype == "bfloat16" and isinstance(like, np.ndarray) and like.dtype == np.uint16:
+        np_dtype = np.dtype(np.uint16)  # a caller working in bf16 bit patterns gets bit patterns
+    return _allocate(op, name, shape, np_dtype.itemsize, lambda: f(shape, dtype=np_dtype))
+
+
+def empty_like_dtype(op: str, name: str, like: Any, shape: Sequence[int], same_as: Any, same_as_dtype: str) -> Any:
+    """Output `name`: a new array of the element type of `same_as` (so uint16 bf16 bits stay
+    uint16), whose dsa dtype name ``info`` gave as `same_as_dtype`."""
+    shape = tuple(int(s) for s in shape)
+    no_allocation(op, like)
+    if is_torch(like) and is_torch(same_as):
+        torch = _torch()
+        return _allocate(op, name, shape, same_as.element_size(),
+                         lambda: torch.empty(shape, dtype=same_as.dtype, device=like.device))
+    if isinstance(same_as, np.ndarray):
+        nd = same_as.dtype
+    elif same_as_dtype in ("bfloat16", "float8_e4m3fn"):
+        nd = _numpy_dtype(same_as_dtype)
+    else:
+        try:
+            nd = np.dtype(same_as_dtype)
+        except TypeError:
+            fail(op, name, f"an output like an array of dtype {same_as_dtype}", "a dtype NumPy can allocate")
+    if is_torch(like):
+        return empty(op, name, shape, dtype_name(nd, op, name + ".dtype"), like)
+    return _allocate(op, name, shape, nd.itemsize, lambda: np.empty(shape, dtype=nd))
+
+
+def ranges_array(op: str, like: Any, m: int, n: int, causal: bool) -> Any:
     """[m, 2] int32 key ranges in the framework and on the device of `like`: causal rows (query t
     at position n - m + t sees [0, n - m + t + 1)), or every row [0, n)."""
-    _no_allocation(like)
-    r = np.zeros((m, 2), dtype=np.int32)
+    no_allocation(op, like)
+    if n > INT32_MAX or m > INT32_MAX:  # int32 ranges could not hold them: never wrap silently
+        fail(op, "ranges", f"None for (m, n) = ({m}, {n})",
+             "given ranges, or m and n <= 2^31 - 1 (ranges are int32)")
+    r = _allocate(op, "ranges", (m, 2), 4, lambda: np.zeros((m, 2), dtype=np.int32))
     if causal:
         r[:, 1] = np.clip(np.arange(n - m + 1, n + 1, dtype=np.int64), 0, n)
     else:
@@ -378,7 +547,9 @@ def ranges_array(like: Any, m: int, n: int, causal: bool) -> Any:
 def causal_ranges(m: int, n: Optional[int] = None, like: Any = None) -> Any:
     """[m, 2] int32 causal key ranges: query row t is at position n - m + t (n defaults to m, a
     prefill) and sees keys [0, n - m + t + 1). In `like`'s framework/device if given."""
-    n = m if n is None else n
-    if m < 0 or n < m:
-        raise Error(f"dsa::causal_ranges: (m, n) = ({m}, {n}); expected 0 <= m <= n")
-    return ranges_array(like, m, n, True)
+    op = "causal_ranges"
+    m = int_arg(op, "m", m, 0, INT32_MAX)
+    n = m if n is None else int_arg(op, "n", n, 0, INT32_MAX)
+    if n < m:
+        fail(op, "(m, n)", f"({m}, {n})", "0 <= m <= n <= 2^31 - 1")
+    return ranges_array(op, like, m, n, True)

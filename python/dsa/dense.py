@@ -22,16 +22,26 @@ def moe_route(logits: Any, bias: Any = None, *, top_k: int, n_group: int = 1, to
     [t, top_k] float32)``.
     """
     op = "moe_route"
+    top_k = A.int_arg(op, "top_k", top_k)
+    n_group = A.int_arg(op, "n_group", n_group)
+    topk_group = A.int_arg(op, "topk_group", topk_group)
+    scoring = A.str_arg(op, "scoring", scoring, "'sigmoid' or 'softmax'")
+    norm_topk_prob = A.flag_arg(op, "norm_topk_prob", norm_topk_prob)
+    routed_scaling_factor = A.real_arg(op, "routed_scaling_factor", routed_scaling_factor)
+    threads = A.threads_arg(op, threads)
     with A.launch(op, logits, stream) as st:
         ids, weights = A.outputs(op, out, ("expert_ids", "weights"))
-        t = A.dim(logits, op, "logits", 2, 0)
+        t, n_experts = A.shape(logits, op, "logits", 2)
+        # top_k sizes both outputs: the op's own configuration checks run before they are
+        # allocated (top_k <= the selectable experts, and the rest).
+        _core.moe_route_check(n_experts, bias is not None, top_k, n_group, topk_group, scoring, norm_topk_prob,
+                              routed_scaling_factor)
         if ids is None:
-            ids = A.empty((t, max(int(top_k), 0)), "int32", logits)
+            ids = A.empty(op, "expert_ids", (t, top_k), "int32", logits)
         if weights is None:
-            weights = A.empty((t, max(int(top_k), 0)), "float32", logits)
-        _core.moe_route(A.core(logits), A.core(bias), A.core(ids), A.core(weights), int(top_k), int(n_group),
-                        int(topk_group), scoring, bool(norm_topk_prob), float(routed_scaling_factor),
-                        A.threads_arg(op, threads), st)
+            weights = A.empty(op, "weights", (t, top_k), "float32", logits)
+        _core.moe_route(A.core(logits), A.core(bias), A.core(ids), A.core(weights), top_k, n_group, topk_group, scoring,
+                        norm_topk_prob, routed_scaling_factor, threads, st)
     return ids, weights
 
 
@@ -41,13 +51,13 @@ def moe_combine(expert_out: Any, rows: Any, weights: Any, shared: Any = None, *,
     order j = 0..k-1, then the shared expert; expert_out [R, d] bfloat16, rows [t, k] int32 (-1:
     none), weights [t, k] float32, shared [t, d] bfloat16 or None. Returns y [t, d] bfloat16."""
     op = "moe_combine"
+    threads = A.threads_arg(op, threads)
     with A.launch(op, expert_out, stream) as st:
         (y,) = A.outputs(op, out, ("y",))
         if y is None:
-            y = A.empty((A.dim(rows, op, "rows", 2, 0), A.dim(expert_out, op, "expert_out", 2, 1)), "bfloat16",
+            y = A.empty(op, "y", (A.dim(rows, op, "rows", 2, 0), A.dim(expert_out, op, "expert_out", 2, 1)), "bfloat16",
                         expert_out)
-        _core.moe_combine(A.core(expert_out), A.core(rows), A.core(weights), A.core(shared), A.core(y),
-                          A.threads_arg(op, threads), st)
+        _core.moe_combine(A.core(expert_out), A.core(rows), A.core(weights), A.core(shared), A.core(y), threads, st)
     return y
 
 
@@ -59,11 +69,14 @@ def fp8_linear(x: Any, w: Any, w_scale: Any, *, act_format: str = "ue8m0", out_d
     dot rounded to fp32, times fl32(a_scale * w_scale), accumulated in fp32; y rounded once
     (``out_dtype`` bfloat16 or float32)."""
     op = "fp8_linear"
+    act_format = A.str_arg(op, "act_format", act_format, "'ue8m0' or 'fp32'")
+    out_dtype = A.dtype_name(out_dtype, op, "out_dtype")
+    threads = A.threads_arg(op, threads)
     with A.launch(op, x, stream) as st:
         (y,) = A.outputs(op, out, ("y",))
         if y is None:
-            y = A.empty((A.dim(x, op, "x", 2, 0), A.dim(w, op, "w", 2, 0)), A.dtype_name(out_dtype), x)
-        _core.fp8_linear(A.core(x), A.core(w), A.core(w_scale), A.core(y), act_format, A.threads_arg(op, threads), st)
+            y = A.empty(op, "y", (A.dim(x, op, "x", 2, 0), A.dim(w, op, "w", 2, 0)), out_dtype, x)
+        _core.fp8_linear(A.core(x), A.core(w), A.core(w_scale), A.core(y), act_format, threads, st)
     return y
 
 
@@ -73,12 +86,15 @@ def linear(x: Any, w: Any, *, out_dtype: Any = None, out: Any = None, threads: O
     inputs exact in fp32, products accumulated in fp32, y rounded once. y's dtype is x's unless
     ``out_dtype`` says otherwise."""
     op = "linear"
+    if out_dtype is not None:
+        out_dtype = A.dtype_name(out_dtype, op, "out_dtype")
+    threads = A.threads_arg(op, threads)
     with A.launch(op, x, stream) as st:
         (y,) = A.outputs(op, out, ("y",))
         if y is None:
-            dtype = A.array_dtype_name(x) if out_dtype is None else A.dtype_name(out_dtype)
-            y = A.empty((A.dim(x, op, "x", 2, 0), A.dim(w, op, "w", 2, 0)), dtype, x)
-        _core.linear(A.core(x), A.core(w), A.core(y), A.threads_arg(op, threads), st)
+            dtype = A.float_dtype_name(x, op, "x", 2) if out_dtype is None else out_dtype
+            y = A.empty(op, "y", (A.dim(x, op, "x", 2, 0), A.dim(w, op, "w", 2, 0)), dtype, x)
+        _core.linear(A.core(x), A.core(w), A.core(y), threads, st)
     return y
 
 
@@ -87,11 +103,13 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None, threads
     """``y = bf16(weight * x / sqrt(mean(x^2) + eps))`` per row of x [t, d] (float32 or
     bfloat16), weight [d] float32; math in fp32. ``out=x`` (bfloat16 x) normalizes in place."""
     op = "rms_norm"
+    eps = A.real_arg(op, "eps", eps)
+    threads = A.threads_arg(op, threads)
     with A.launch(op, x, stream) as st:
         (y,) = A.outputs(op, out, ("y",))
         if y is None:
-            y = A.empty(A.shape_of(x, op, "x"), "bfloat16", x)
-        _core.rms_norm(A.core(x), A.core(weight), A.core(y), float(eps), A.threads_arg(op, threads), st)
+            y = A.empty(op, "y", A.shape(x, op, "x", 2), "bfloat16", x)
+        _core.rms_norm(A.core(x), A.core(weight), A.core(y), eps, threads, st)
     return y
 
 
@@ -101,12 +119,13 @@ def add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *, out: 
     place: ``residual`` is updated) and ``y = bf16(rms_norm(h))``; x, residual, y [t, d]
     bfloat16, weight [d] float32. Returns y."""
     op = "add_rms_norm"
+    eps = A.real_arg(op, "eps", eps)
+    threads = A.threads_arg(op, threads)
     with A.launch(op, x, stream) as st:
         (y,) = A.outputs(op, out, ("y",))
         if y is None:
-            y = A.empty(A.shape_of(x, op, "x"), "bfloat16", x)
-        _core.add_rms_norm(A.core(x), A.core(residual), A.core(weight), A.core(y), float(eps),
-                           A.threads_arg(op, threads), st)
+            y = A.empty(op, "y", A.shape(x, op, "x", 2), "bfloat16", x)
+        _core.add_rms_norm(A.core(x), A.core(residual), A.core(weight), A.core(y), eps, threads, st)
     return y
 
 
@@ -115,11 +134,13 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-6, *, out: Any = 
     """``y = bf16((x - mean) / sqrt(var + eps) * weight + bias)`` per row (biased variance, as
     F.layer_norm); x [t, d] float32 or bfloat16, weight and bias [d] float32."""
     op = "layer_norm"
+    eps = A.real_arg(op, "eps", eps)
+    threads = A.threads_arg(op, threads)
     with A.launch(op, x, stream) as st:
         (y,) = A.outputs(op, out, ("y",))
         if y is None:
-            y = A.empty(A.shape_of(x, op, "x"), "bfloat16", x)
-        _core.layer_norm(A.core(x), A.core(weight), A.core(bias), A.core(y), float(eps), A.threads_arg(op, threads), st)
+            y = A.empty(op, "y", A.shape(x, op, "x", 2), "bfloat16", x)
+        _core.layer_norm(A.core(x), A.core(weight), A.core(bias), A.core(y), eps, threads, st)
     return y
 
 
@@ -133,11 +154,21 @@ def rope_apply(x: Any, positions: Any, *, layout: str = "interleaved", dim: Opti
     (the V3.2 indexer). Frequencies ``base^(-2j/dim)`` with YaRN interpolation when
     ``max_position > original_max_position``. Returns x."""
     op = "rope_apply"
+    layout = A.str_arg(op, "layout", layout, "'interleaved' (pairs 2j, 2j+1) or 'half' (pairs j, j + dim/2)")
+    if dim is not None:
+        dim = A.int_arg(op, "dim", dim)
+    base = A.real_arg(op, "base", base)
+    factor = A.real_arg(op, "factor", factor)
+    original_max_position = A.int_arg(op, "original_max_position", original_max_position)
+    max_position = A.int_arg(op, "max_position", max_position)
+    beta_fast = A.real_arg(op, "beta_fast", beta_fast)
+    beta_slow = A.real_arg(op, "beta_slow", beta_slow)
+    threads = A.threads_arg(op, threads)
     with A.launch(op, x, stream) as st:
         if dim is None:
-            dim = A.dim(x, op, "x", 3, 2)
-        _core.rope_apply(A.core(x), A.core(positions), int(dim), float(base), float(factor), int(original_max_position),
-                         int(max_position), float(beta_fast), float(beta_slow), layout, A.threads_arg(op, threads), st)
+            dim = A.dim(x, op, "x", 3, 2, strided=True)
+        _core.rope_apply(A.core(x), A.core(positions), dim, base, factor, original_max_position, max_position,
+                         beta_fast, beta_slow, layout, threads, st)
     return x
 
 
@@ -145,9 +176,10 @@ def swiglu(gate: Any, up: Any, *, out: Any = None, threads: Optional[int] = None
     """``y = bf16(fl32(silu(gate) * up))`` elementwise over [t, n] bfloat16 (``out=gate`` or
     ``out=up`` in place)."""
     op = "swiglu"
+    threads = A.threads_arg(op, threads)
     with A.launch(op, gate, stream) as st:
         (y,) = A.outputs(op, out, ("y",))
         if y is None:
-            y = A.empty(A.shape_of(gate, op, "gate"), "bfloat16", gate)
-        _core.swiglu(A.core(gate), A.core(up), A.core(y), A.threads_arg(op, threads), st)
+            y = A.empty(op, "y", A.shape(gate, op, "gate", 2), "bfloat16", gate)
+        _core.swiglu(A.core(gate), A.core(up), A.core(y), threads, st)
     return y

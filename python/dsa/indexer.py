@@ -9,20 +9,24 @@ from . import _core
 
 
 def _ranges(op: str, ranges: Any, like: Any, m: int, n: int, causal: bool) -> Any:
-    return A.ranges_array(like, m, n, causal) if ranges is None else ranges
+    return A.ranges_array(op, like, m, n, causal) if ranges is None else ranges
 
 
-def _kl_workspace(attn: Any, size_fn: Any, *shape: int) -> Any:
+def _kl_workspace(op: str, attn: Any, size_fn: Any, *shape: int) -> Any:
     """The KL losses' workspace on the CUDA backend (which needs one; the CPU backend does not)."""
     if not (A.is_cuda(attn) and _core.has_cuda_build):
         return None
-    return A.empty((size_fn(*shape),), "uint8", attn)
+    return A.empty(op, "workspace", (size_fn(*shape),), "uint8", attn)
 
 
-def _ones(like: Any, n: int) -> Any:
-    a = A.empty((n,), "float32", like)
+def _ones(op: str, like: Any, n: int) -> Any:
+    a = A.empty(op, "k_scale", (n,), "float32", like)
     a[...] = 1
     return a
+
+
+_K = "an integer in [1, 2^31 - 1] (k > the row's range pads with -1)"
+_BLOCK = "an integer in [1, 2^63 - 1] (cache slots per block)"
 
 
 def lightning_indexer_scores(q: Any, w: Any, k: Any, k_scale: Any = None, ranges: Any = None, *, out: Any = None,
@@ -36,16 +40,18 @@ def lightning_indexer_scores(q: Any, w: Any, k: Any, k_scale: Any = None, ranges
     after the head sum; -inf outside each row's range. Returns scores [m, n] float32.
     """
     op = "lightning_indexer_scores"
+    threads = A.threads_arg(op, threads)
     with A.launch(op, q, stream) as st:
         (scores,) = A.outputs(op, out, ("scores",))
-        m, n = A.dim(q, op, "q", 3, 0), A.dim(k, op, "k", 2, 0)
-        if scores is None:
-            scores = A.empty((m, n), "float32", q)
-        if k_scale is None:
-            k_scale = _ones(q, n)
-        ranges = _ranges(op, ranges, q, m, n, True)
+        if scores is None or k_scale is None or ranges is None:
+            m, n = A.dim(q, op, "q", 3, 0), A.dim(k, op, "k", 2, 0)
+            ranges = _ranges(op, ranges, q, m, n, True)  # first: it bounds n by int32
+            if k_scale is None:
+                k_scale = _ones(op, q, n)
+            if scores is None:
+                scores = A.empty(op, "scores", (m, n), "float32", q)
         _core.lightning_indexer_scores(A.core(q), A.core(w), A.core(k), A.core(k_scale), A.core(ranges), A.core(scores),
-                                       A.threads_arg(op, threads), st)
+                                       threads, st)
     return scores
 
 
@@ -60,15 +66,23 @@ def lightning_indexer_scores_paged(q: Any, w: Any, cache: Any, block_table: Any,
     scores [m, n] float32, n = max_blocks * block_size unless given.
     """
     op = "lightning_indexer_scores_paged"
+    block_size = A.int_arg(op, "block_size", block_size, 1, A.INT64_MAX, _BLOCK)
+    if n is not None:
+        n = A.int_arg(op, "n", n, 0, A.INT32_MAX, "None or an integer in [0, 2^31 - 1] (positions are int32)")
+    threads = A.threads_arg(op, threads)
     with A.launch(op, q, stream) as st:
         (scores,) = A.outputs(op, out, ("scores",))
-        m = A.dim(q, op, "q", 3, 0)
         if scores is None:
+            m = A.dim(q, op, "q", 3, 0)
             if n is None:
-                n = A.dim(block_table, op, "block_table", 2, 1) * int(block_size)
-            scores = A.empty((m, n), "float32", q)
-        _core.lightning_indexer_scores_paged(A.core(q), A.core(w), A.core(cache), A.core(block_table), int(block_size),
-                                             A.core(ranges), A.core(scores), A.threads_arg(op, threads), st)
+                max_blocks = A.dim(block_table, op, "block_table", 2, 1)
+                n = max_blocks * block_size
+                if n > A.INT32_MAX:  # checked before [m, n] is allocated from it
+                    A.fail(op, "n", f"None, so block_table.extent(1) * block_size = {max_blocks} * {block_size}",
+                           "at most 2^31 - 1 score columns (positions are int32): pass n=")
+            scores = A.empty(op, "scores", (m, n), "float32", q)
+        _core.lightning_indexer_scores_paged(A.core(q), A.core(w), A.core(cache), A.core(block_table), block_size,
+                                             A.core(ranges), A.core(scores), threads, st)
     return scores
 
 
@@ -80,22 +94,25 @@ def lightning_indexer_backward(q: Any, w: Any, k: Any, k_scale: Any, ranges: Any
     None = ones, ranges None = causal. Returns ``(grad_q, grad_w, grad_k)``; a gradient with
     ``need_x=False`` is not computed and returned as None."""
     op = "lightning_indexer_backward"
+    need_q = A.flag_arg(op, "need_q", need_q)
+    need_w = A.flag_arg(op, "need_w", need_w)
+    need_k = A.flag_arg(op, "need_k", need_k)
+    threads = A.threads_arg(op, threads)
     with A.launch(op, q, stream) as st:
         gq, gw, gk = A.outputs(op, out, ("grad_q", "grad_w", "grad_k"))
-        qs = A.shape_of(q, op, "q")
-        m, n = A.dim(q, op, "q", 3, 0), A.dim(k, op, "k", 2, 0)
-        if gq is None and need_q:
-            gq = A.empty(qs, "float32", q)
-        if gw is None and need_w:
-            gw = A.empty(A.shape_of(w, op, "w"), "float32", q)
-        if gk is None and need_k:
-            gk = A.empty(A.shape_of(k, op, "k"), "float32", q)
+        qs, ks = A.shape(q, op, "q", 3), A.shape(k, op, "k", 2)
+        m, n = qs[0], ks[0]
+        ranges = _ranges(op, ranges, q, m, n, True)  # first: it bounds n by int32
         if k_scale is None:
-            k_scale = _ones(q, n)
-        ranges = _ranges(op, ranges, q, m, n, True)
+            k_scale = _ones(op, q, n)
+        if gq is None and need_q:
+            gq = A.empty(op, "grad_q", qs, "float32", q)
+        if gw is None and need_w:
+            gw = A.empty(op, "grad_w", A.shape(w, op, "w", 2), "float32", q)
+        if gk is None and need_k:
+            gk = A.empty(op, "grad_k", ks, "float32", q)
         _core.lightning_indexer_backward(A.core(q), A.core(w), A.core(k), A.core(k_scale), A.core(ranges),
-                                         A.core(grad_scores), A.core(gq), A.core(gw), A.core(gk),
-                                         A.threads_arg(op, threads), st)
+                                         A.core(grad_scores), A.core(gq), A.core(gw), A.core(gk), threads, st)
     return gq, gw, gk
 
 
@@ -105,12 +122,14 @@ def lightning_indexer_weights(proj: Any, q_scale: Any, head_scale: float, dim_sc
     ``w = fl32(fl32(fl32(proj * head_scale) * q_scale) * dim_scale)``; proj, q_scale, w [m, H]
     float32 (``out=proj`` in place)."""
     op = "lightning_indexer_weights"
+    head_scale = A.real_arg(op, "head_scale", head_scale)
+    dim_scale = A.real_arg(op, "dim_scale", dim_scale)
+    threads = A.threads_arg(op, threads)
     with A.launch(op, proj, stream) as st:
         (w,) = A.outputs(op, out, ("w",))
         if w is None:
-            w = A.empty(A.shape_of(proj, op, "proj"), "float32", proj)
-        _core.lightning_indexer_weights(A.core(proj), A.core(q_scale), A.core(w), float(head_scale), float(dim_scale),
-                                        A.threads_arg(op, threads), st)
+            w = A.empty(op, "w", A.shape(proj, op, "proj", 2), "float32", proj)
+        _core.lightning_indexer_weights(A.core(proj), A.core(q_scale), A.core(w), head_scale, dim_scale, threads, st)
     return w
 
 
@@ -120,13 +139,17 @@ def topk_indices(scores: Any, k: int, ranges: Any = None, *, out: Any = None, th
     (ranges [m, 2] int32; the whole row when None) as int32 column indices in ascending order,
     -1 padded; NaN and -inf are never selected; ties go to the smaller index. Returns [m, k]."""
     op = "topk_indices"
+    # k sizes the [m, k] output: checked before it is allocated (2**40 used to allocate 4 TiB first).
+    k = A.int_arg(op, "k", k, 1, A.INT32_MAX, _K)
+    threads = A.threads_arg(op, threads)
     with A.launch(op, scores, stream) as st:
         (indices,) = A.outputs(op, out, ("indices",))
-        m, n = A.dim(scores, op, "scores", 2, 0), A.dim(scores, op, "scores", 2, 1)
-        if indices is None:
-            indices = A.empty((m, max(int(k), 0)), "int32", scores)
-        ranges = _ranges(op, ranges, scores, m, n, False)
-        _core.topk_indices(A.core(scores), A.core(ranges), int(k), A.core(indices), A.threads_arg(op, threads), st)
+        if indices is None or ranges is None:
+            m, n = A.shape(scores, op, "scores", 2)
+            ranges = _ranges(op, ranges, scores, m, n, False)
+            if indices is None:
+                indices = A.empty(op, "indices", (m, k), "int32", scores)
+        _core.topk_indices(A.core(scores), A.core(ranges), k, A.core(indices), threads, st)
     return indices
 
 
@@ -136,14 +159,18 @@ def topk_indices_paged(scores: Any, k: int, block_table: Any, block_size: int, r
     row t becomes ``block_table[t, p // block_size] * block_size + p % block_size`` (-1 stays -1;
     order is ascending logical position). Returns slots [m, k] int32."""
     op = "topk_indices_paged"
+    k = A.int_arg(op, "k", k, 1, A.INT32_MAX, _K)
+    block_size = A.int_arg(op, "block_size", block_size, 1, A.INT64_MAX, _BLOCK)
+    threads = A.threads_arg(op, threads)
     with A.launch(op, scores, stream) as st:
         (slots,) = A.outputs(op, out, ("slots",))
-        m, n = A.dim(scores, op, "scores", 2, 0), A.dim(scores, op, "scores", 2, 1)
-        if slots is None:
-            slots = A.empty((m, max(int(k), 0)), "int32", scores)
-        ranges = _ranges(op, ranges, scores, m, n, False)
-        _core.topk_indices_paged(A.core(scores), A.core(ranges), int(k), A.core(block_table), int(block_size),
-                                 A.core(slots), A.threads_arg(op, threads), st)
+        if slots is None or ranges is None:
+            m, n = A.shape(scores, op, "scores", 2)
+            ranges = _ranges(op, ranges, scores, m, n, False)
+            if slots is None:
+                slots = A.empty(op, "slots", (m, k), "int32", scores)
+        _core.topk_indices_paged(A.core(scores), A.core(ranges), k, A.core(block_table), block_size, A.core(slots),
+                                 threads, st)
     return slots
 
 
@@ -151,13 +178,14 @@ def gather_rows(src: Any, indices: Any, *, out: Any = None, threads: Optional[in
     """``dst[t, j, :] = src[indices[t, j], :]`` (zeros where the index is -1): src [n, d] of any
     dtype (copied bit for bit), indices [m, k] int32. Returns dst [m, k, d]."""
     op = "gather_rows"
+    threads = A.threads_arg(op, threads)
     with A.launch(op, src, stream) as st:
         (dst,) = A.outputs(op, out, ("dst",))
         if dst is None:
-            s = A.shape_of(src, op, "src")
-            m, k = A.dim(indices, op, "indices", 2, 0), A.dim(indices, op, "indices", 2, 1)
-            dst = A.empty_like_dtype(src, (m, k, s[-1] if s else 0), src)
-        _core.gather_rows(A.core(src), A.core(indices), A.core(dst), A.threads_arg(op, threads), st)
+            (_, d), dtype = A.info(src, op, "src", 2)
+            m, k = A.shape(indices, op, "indices", 2)
+            dst = A.empty_like_dtype(op, "dst", src, (m, k, d), src, dtype)
+        _core.gather_rows(A.core(src), A.core(indices), A.core(dst), threads, st)
     return dst
 
 
@@ -165,11 +193,11 @@ def _kl_outputs(op: str, out: Any, attn: Any) -> Tuple[Any, Any, int, int]:
     """The KL losses' (loss [1], grad_index [m, n]) outputs, from ``out=`` or allocated like
     ``attn``, with m and n."""
     loss, grad = A.outputs(op, out, ("loss", "grad_index"))
-    m, n = A.dim(attn, op, "attn", 3, 0), A.dim(attn, op, "attn", 3, 2)
+    m, _, n = A.shape(attn, op, "attn", 3)
     if loss is None:
-        loss = A.empty((1,), "float32", attn)
+        loss = A.empty(op, "loss", (1,), "float32", attn)
     if grad is None:
-        grad = A.empty((m, n), "float32", attn)
+        grad = A.empty(op, "grad_index", (m, n), "float32", attn)
     return loss, grad, m, n
 
 
@@ -181,12 +209,15 @@ def indexer_kl_loss_dense(attn: Any, index_scores: Any, ranges: Any = None, *, o
     ``(loss [1] float32, grad_index [m, n] float32)`` with
     ``dL/dI[t, s] = softmax(I_t)[s] * sum(p_t) - p_t[s]`` (0 outside the ranges)."""
     op = "indexer_kl_loss_dense"
+    threads = A.threads_arg(op, threads)
     with A.launch(op, attn, stream) as st:
+        if ranges is None:
+            m, _, n = A.shape(attn, op, "attn", 3)
+            ranges = _ranges(op, ranges, attn, m, n, True)  # first: it bounds n by int32
         loss, grad, m, n = _kl_outputs(op, out, attn)
-        ranges = _ranges(op, ranges, attn, m, n, True)
-        workspace = _kl_workspace(attn, _core.indexer_kl_loss_dense_workspace_size, m)
+        workspace = _kl_workspace(op, attn, _core.indexer_kl_loss_dense_workspace_size, m)
         _core.indexer_kl_loss_dense(A.core(attn), A.core(index_scores), A.core(ranges), A.core(loss), A.core(grad),
-                                    workspace, A.threads_arg(op, threads), st)
+                                    workspace, threads, st)
     return loss, grad
 
 
@@ -196,10 +227,11 @@ def indexer_kl_loss_sparse(attn: Any, index_scores: Any, topk: Any, *, out: Any 
     [m, k] int32 (-1 padded), both distributions renormalised on it. Returns
     ``(loss [1], grad_index [m, n])``, the gradient zero outside the selection."""
     op = "indexer_kl_loss_sparse"
+    threads = A.threads_arg(op, threads)
     with A.launch(op, attn, stream) as st:
         loss, grad, m, n = _kl_outputs(op, out, attn)
-        workspace = _kl_workspace(attn, _core.indexer_kl_loss_sparse_workspace_size, m,
+        workspace = _kl_workspace(op, attn, _core.indexer_kl_loss_sparse_workspace_size, m,
                                   A.dim(topk, op, "topk", 2, 1))
         _core.indexer_kl_loss_sparse(A.core(attn), A.core(index_scores), A.core(topk), A.core(loss), A.core(grad),
-                                     workspace, A.threads_arg(op, threads), st)
+                                     workspace, threads, st)
     return loss, grad

@@ -15,17 +15,37 @@ Sequence = _core.Sequence
 
 
 def _path(p: Any, op: str, name: str) -> str:
+    """A path argument as the str _core takes: a str or os.PathLike (bytes decoded as the file
+    system does); a path that cannot cross into C++ as UTF-8 (undecodable bytes) is a dsa.Error."""
     try:
-        return os.fspath(p)
+        path = os.fspath(p)
     except TypeError:
-        raise A.Error(f"dsa::{op}: {name} = an object of type {type(p).__name__}; expected a path") from None
+        A.fail(op, name, A.show(p) if isinstance(p, (int, float)) else f"an object of type {type(p).__name__}",
+               "a path (str, bytes or os.PathLike)")
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        A.fail(op, name, A.show(path), "a path that is valid UTF-8")
+    return path
 
 
 def _tokens(tokens: Any) -> Any:
+    """Token ids as an int64 vector: an integer, a list/tuple/range of integers (never a bool or
+    a float, which NumPy would turn into ids silently), or an array (its dtype is the op's to
+    check: int64 or int32)."""
+    op = "Transformer.forward"
+    if tokens is None or isinstance(tokens, (bool, np.bool_, float, np.floating, str)):
+        A.fail(op, "tokens", A.typed(tokens), "token ids: an integer, a list of integers or an int64/int32 array")
     if isinstance(tokens, (int, np.integer)):
-        return np.array([int(tokens)], dtype=np.int64)
-    if isinstance(tokens, (list, tuple, range)):
-        return np.asarray(tokens, dtype=np.int64)
+        return np.array([A.int_arg(op, "tokens", tokens)], dtype=np.int64)
+    if isinstance(tokens, range):
+        A.int_arg(op, "tokens.start", tokens.start)
+        A.int_arg(op, "tokens.stop", tokens.stop)
+        return np.arange(tokens.start, tokens.stop, tokens.step, dtype=np.int64)
+    if isinstance(tokens, (list, tuple)):
+        return np.array([A.int_arg(op, f"tokens[{i}]", t) for i, t in enumerate(tokens)], dtype=np.int64)
     if A.is_torch(tokens):
         return tokens.detach().cpu().numpy()
     return tokens
@@ -51,8 +71,8 @@ class Transformer:
         """Opens a checkpoint directory (config.json + *.safetensors in the Hugging Face layout of
         deepseek-ai/DeepSeek-V3.2, FP8 or bf16 weights); ``num_layers`` runs only the first layers."""
         op = "Transformer.load"
-        impl = _core.Transformer.load(_path(dir, op, "dir"), A.threads_arg(op, threads),
-                                      -1 if num_layers is None else int(num_layers))
+        num_layers = -1 if num_layers is None else A.int_arg(op, "num_layers", num_layers)
+        impl = _core.Transformer.load(_path(dir, op, "dir"), A.threads_arg(op, threads), num_layers)
         return cls(impl)
 
     @property
@@ -71,7 +91,7 @@ class Transformer:
     def new_sequence(self, max_tokens: int) -> Sequence:
         """A new, empty sequence (its KV caches) of up to ``max_tokens`` tokens (<=
         max_position_embeddings)."""
-        return self._impl.new_sequence(int(max_tokens))
+        return self._impl.new_sequence(A.int_arg("Transformer.new_sequence", "max_tokens", max_tokens))
 
     def forward(self, seq: Sequence, tokens: Any, *, max_chunk: int = 4096, trace: bool = False):
         """Appends ``tokens`` (ints, a list, or an int32/int64 array) to ``seq`` and returns the
@@ -81,7 +101,12 @@ class Transformer:
         start position, the indexer's ``topk`` [t, k] int32, the routed ``experts`` [t, top_k]
         int32, and the bf16 bits (uint16) of ``ffn_out`` and ``residual`` [t, hidden]. The GIL is
         released while it runs; calls on one Transformer run one at a time."""
-        return self._impl.forward(seq, _tokens(tokens), int(max_chunk), bool(trace))
+        op = "Transformer.forward"
+        if not isinstance(seq, Sequence):
+            A.fail(op, "seq", A.typed(seq), "a dsa.Sequence (Transformer.new_sequence)")
+        max_chunk = A.int_arg(op, "max_chunk", max_chunk)
+        trace = A.flag_arg(op, "trace", trace)
+        return self._impl.forward(seq, _tokens(tokens), max_chunk, trace)
 
     @property
     def phase_times(self) -> Dict[str, float]:
@@ -134,6 +159,7 @@ def validate_model(dir: Any, *, threads: Optional[int] = None, max_chunk: int = 
     [{"tensor", "metric", "max_error", "tolerance", "pass"}], "cosines", "argmax_match",
     "argmax_got", "argmax_want", "topk_agreement", "diagnostics", "outputs"}``."""
     op = "validate_model"
-    report = _core.validate_model(_path(dir, op, "dir"), A.threads_arg(op, threads), int(max_chunk))
+    max_chunk = A.int_arg(op, "max_chunk", max_chunk)
+    report = _core.validate_model(_path(dir, op, "dir"), A.threads_arg(op, threads), max_chunk)
     report["outputs"] = _arrays(report["outputs"])
     return report

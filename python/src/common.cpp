@@ -114,7 +114,9 @@ std::optional<Array> from_cuda_array_interface(nb::handle h, std::string_view op
     bad("a dict whose shape, typestr or data are not of the protocol's types");
   }
   const auto dtype = typestr_dtype(typestr);
-  if (!dtype) dsa::fail(op, n + ".dtype", "typestr '" + typestr + "'", "a little-endian int, uint, float or bool typestr");
+  if (!dtype) {
+    dsa::fail(op, n + ".dtype", "typestr " + dsa::quoted(typestr), "a little-endian int, uint, float or bool typestr");
+  }
   const std::int64_t item = dtype->bits / 8;
   if (d.contains("strides") && !d["strides"].is_none()) {
     std::vector<std::int64_t> bytes;
@@ -159,6 +161,34 @@ std::optional<Array> from_cuda_array_interface(nb::handle h, std::string_view op
                nb::device::cuda::value, pointer_device(reinterpret_cast<const void*>(ptr)));
 }
 
+/// What an argument that is not an importable array is, for the message: its type, and for an
+/// object that offers __dlpack__ (a NumPy array of dtype object, a torch tensor that requires
+/// grad, a producer whose export fails) why the export failed, in the producer's words (quoted:
+/// dsa did not write them).
+std::string not_an_array(nb::handle h) {
+  std::string what = "an object of type " + std::string(nb::type_name(h.type()).c_str());
+  PyObject* fn = PyObject_GetAttrString(h.ptr(), "__dlpack__");
+  if (fn == nullptr) {
+    PyErr_Clear();
+    return what;
+  }
+  const nb::object f = nb::steal(fn);
+  try {
+    // The export is retried only to say why it failed; a capsule it returns is never consumed,
+    // and its destructor frees the tensor as DLPack prescribes.
+    const nb::object capsule = f();
+    return what + " whose __dlpack__() export dsa cannot import (dtype, device or DLPack version)";
+  } catch (const nb::python_error& e) {
+    std::string why = nb::type_name(e.type()).c_str();
+    try {
+      why += ": " + dsa::quoted(nb::str(e.value()).c_str());
+    } catch (const std::exception&) {
+      // str() of a hostile exception may fail in turn: its type alone is said.
+    }
+    return what + " whose __dlpack__() raised " + why;
+  }
+}
+
 }  // namespace
 
 ro_array input_array(nb::handle h, std::string_view op, std::string_view name) {
@@ -166,7 +196,7 @@ ro_array input_array(nb::handle h, std::string_view op, std::string_view name) {
   if (!h.is_valid() || h.is_none()) dsa::fail(op, name, "None", any_array);
   if (nb::try_cast(h, a, false)) return a;
   if (auto c = from_cuda_array_interface<ro_array>(h, op, name, false)) return *c;
-  dsa::fail(op, name, "an object of type " + std::string(nb::type_name(h.type()).c_str()), any_array);
+  dsa::fail(op, name, not_an_array(h), any_array);
 }
 
 rw_array output_array(nb::handle h, std::string_view op, std::string_view name) {
@@ -178,8 +208,7 @@ rw_array output_array(nb::handle h, std::string_view op, std::string_view name) 
   ro_array ro;
   if (nb::try_cast(h, ro, false)) dsa::fail(op, name, "a read-only array", "a writable array (it is an output)");
   if (auto c = from_cuda_array_interface<rw_array>(h, op, name, true)) return *c;
-  dsa::fail(op, name, "an object of type " + std::string(nb::type_name(h.type()).c_str()),
-            "a writable array (NumPy, PyTorch or another DLPack producer)");
+  dsa::fail(op, name, not_an_array(h), "a writable array (NumPy, PyTorch or another DLPack producer)");
 }
 
 device_kind device_of(int device_type, std::string_view op, std::string_view name) {
@@ -277,10 +306,19 @@ void check_array(std::string_view op, std::string_view name, std::size_t ndim, c
 }
 
 dsa::cpu_backend cpu_backend(int threads, std::string_view op) {
-  if (threads < 0 || threads > 4096) {
-    dsa::fail(op, "threads", threads, "0 (every hardware thread) or a thread count in [1, 4096]");
+  if (threads < 0 || threads > max_threads) {
+    dsa::fail(op, "threads", threads,
+              "0 (every hardware thread) or a thread count in [1, " + std::to_string(max_threads) + "]");
   }
   return dsa::cpu_backend{threads};
+}
+
+nb::tuple array_info(nb::handle h, std::string_view op, std::string_view name, std::size_t rank, bool strided) {
+  const ro_array a = input_array(h, op, name);
+  check_array(a, op, name, rank, true, "", 1, strided ? layout::outer_strided : layout::contiguous);
+  nb::list shape;
+  for (std::size_t r = 0; r < a.ndim(); ++r) shape.append(static_cast<std::int64_t>(a.shape(r)));
+  return nb::make_tuple(nb::tuple(shape), dtype_name(a.dtype()));
 }
 
 }  // namespace dsa_py

@@ -211,8 +211,19 @@ device_kind device_of(int device_type, std::string_view op, std::string_view nam
 /// the kind and the device id.
 std::pair<device_kind, int> device_hint(nb::handle h, std::string_view op, std::string_view name);
 
-/// The CPU backend of a `threads` argument: 0 = every hardware thread.
+/// The most CPU threads one call may ask for (as the tools' --threads): a larger count is a typo
+/// or an attack, not a machine. The Python layer refuses it already at dsa.set_num_threads().
+inline constexpr int max_threads = 4096;
+
+/// The CPU backend of a `threads` argument: 0 = every hardware thread, else 1..max_threads.
 dsa::cpu_backend cpu_backend(int threads, std::string_view op);
+
+/// What the Python layer may know of an array argument before it allocates anything from its
+/// shape: `h` imported exactly as an op imports it (input_array), its rank checked (`rank`) and
+/// its layout (contiguous, or outer_strided when `strided`), as view_of does, with the same
+/// messages. Returns (shape, dtype name). The shape of an object that is not a NumPy array or a
+/// torch tensor is only trusted through this import: its own `.shape` may say anything.
+nb::tuple array_info(nb::handle h, std::string_view op, std::string_view name, std::size_t rank, bool strided);
 
 /// Calls f(place) with the place of the call: the CUDA backend on the device of `first` (the
 /// op's first array argument) and `stream` when `first` is CUDA memory in a build with CUDA,
@@ -337,6 +348,11 @@ decltype(auto) with_float_or_bf16(const A& a, std::string_view op, std::string_v
 using nogil = nb::gil_scoped_release;
 
 // ---- registration -----------------------------------------------------------------------------
+
+/// An array argument of a bound function: None is let through to input_array / output_array,
+/// which refuse it (or, for an optional one, take it) with the op's message, where nanobind would
+/// raise a TypeError naming no argument.
+inline auto array(const char* name) { return nb::arg(name).none(); }
 
 void bind_hadamard(nb::module_& m);
 void bind_quant(nb::module_& m);

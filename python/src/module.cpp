@@ -4,6 +4,7 @@
 #include "common.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/quote.hpp"
 
 namespace nb = nanobind;
 
@@ -23,6 +24,15 @@ NB_MODULE(_core, m) {
   m.attr("has_cuda_build") = false;
   m.def("cuda_device_count", [] { return 0; }, "0: this build has no CUDA paths.");
 #endif
+  // For the Python layer's argument checks (python/dsa/_arrays.py): the thread bound, the import
+  // of an array argument before anything is allocated from its shape, and the escaping every
+  // dsa::error message gets, for the messages built in Python.
+  m.attr("max_threads") = dsa_py::max_threads;
+  m.def("array_info", &dsa_py::array_info, dsa_py::array("a"), nb::arg("op"), nb::arg("name"), nb::arg("rank"),
+        nb::arg("strided"));
+  m.def("quoted", [](std::string_view text) { return dsa::quoted(text); }, nb::arg("text"));
+  m.def("printable", [](std::string_view text) { return dsa::detail::printable_error_message(text); },
+        nb::arg("text"));
   dsa_py::bind_hadamard(m);
   dsa_py::bind_quant(m);
   dsa_py::bind_kv_cache(m);

@@ -49,7 +49,7 @@ dsa::attention_rounding parse_rounding(std::string_view s, std::string_view op) 
   if (s == "fp32") return dsa::attention_rounding::fp32;
   if (s == "bf16") return dsa::attention_rounding::bf16;
   if (s == "bf16_split") return dsa::attention_rounding::bf16_split;
-  dsa::fail(op, "rounding", std::string(s), "'fp32', 'bf16' or 'bf16_split'");
+  dsa::fail(op, "rounding", dsa::quoted(s), "'fp32', 'bf16' or 'bf16_split'");
 }
 
 void sparse_mha_attention(nb::handle q, nb::handle k_nope, nb::handle k_rope, nb::handle v, nb::handle indices,
@@ -75,15 +75,16 @@ void sparse_mha_attention(nb::handle q, nb::handle k_nope, nb::handle k_rope, nb
 }  // namespace
 
 void bind_attention(nb::module_& m) {
-  m.def("sparse_mla_attention", &sparse_mla_attention, nb::arg("q"), nb::arg("kv"), nb::arg("indices"),
-        nb::arg("out"), nb::arg("lse"), nb::arg("probs").none(), nb::arg("workspace").none(),
+  m.def("sparse_mla_attention", &sparse_mla_attention, array("q"), array("kv"), array("indices"),
+        array("out"), array("lse"), array("probs"), array("workspace"),
         nb::arg("softmax_scale"), nb::arg("d_v"), nb::arg("num_splits"), nb::arg("threads"), nb::arg("stream"));
+  m.attr("sparse_mla_max_splits") = dsa::sparse_mla_max_splits;
   m.def("sparse_mla_attention_workspace_size", &dsa::sparse_mla_attention_workspace_size, nb::arg("s"), nb::arg("h"),
         nb::arg("d_v"), nb::arg("num_splits"));
   m.def("sparse_mla_attention_num_splits", &dsa::sparse_mla_attention_num_splits, nb::arg("s"), nb::arg("h"),
         nb::arg("k"), nb::arg("sm_count"));
-  m.def("sparse_mha_attention", &sparse_mha_attention, nb::arg("q"), nb::arg("k_nope"), nb::arg("k_rope"),
-        nb::arg("v"), nb::arg("indices"), nb::arg("out"), nb::arg("lse").none(), nb::arg("softmax_scale"),
+  m.def("sparse_mha_attention", &sparse_mha_attention, array("q"), array("k_nope"), array("k_rope"),
+        array("v"), array("indices"), array("out"), array("lse"), nb::arg("softmax_scale"),
         nb::arg("rounding"), nb::arg("threads"), nb::arg("stream"));
 }
 

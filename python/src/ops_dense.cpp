@@ -16,7 +16,7 @@ namespace {
 dsa::scale_format parse_act_format(std::string_view s) {
   if (s == "ue8m0") return dsa::scale_format::ue8m0;
   if (s == "fp32") return dsa::scale_format::fp32;
-  dsa::fail("fp8_linear", "act_format", std::string(s), "'ue8m0' or 'fp32'");
+  dsa::fail("fp8_linear", "act_format", dsa::quoted(s), "'ue8m0' or 'fp32'");
 }
 
 void fp8_linear(nb::handle x, nb::handle w, nb::handle w_scale, nb::handle y, std::string_view act_format,
@@ -96,7 +96,7 @@ void layer_norm(nb::handle x, nb::handle weight, nb::handle bias, nb::handle y, 
 dsa::rope_layout parse_layout(std::string_view s) {
   if (s == "interleaved") return dsa::rope_layout::interleaved;
   if (s == "half") return dsa::rope_layout::half;
-  dsa::fail("rope_apply", "layout", std::string(s), "'interleaved' (pairs 2j, 2j+1) or 'half' (pairs j, j + dim/2)");
+  dsa::fail("rope_apply", "layout", dsa::quoted(s), "'interleaved' (pairs 2j, 2j+1) or 'half' (pairs j, j + dim/2)");
 }
 
 void rope_apply(nb::handle x, nb::handle positions, dsa::index_t dim, float base, float factor,
@@ -132,19 +132,19 @@ void swiglu(nb::handle gate, nb::handle up, nb::handle y, int threads, std::uint
 }  // namespace
 
 void bind_dense(nb::module_& m) {
-  m.def("fp8_linear", &fp8_linear, nb::arg("x"), nb::arg("w"), nb::arg("w_scale"), nb::arg("y"),
+  m.def("fp8_linear", &fp8_linear, array("x"), array("w"), array("w_scale"), array("y"),
         nb::arg("act_format"), nb::arg("threads"), nb::arg("stream"));
-  m.def("linear", &linear, nb::arg("x"), nb::arg("w"), nb::arg("y"), nb::arg("threads"), nb::arg("stream"));
-  m.def("rms_norm", &rms_norm, nb::arg("x"), nb::arg("weight"), nb::arg("y"), nb::arg("eps"), nb::arg("threads"),
+  m.def("linear", &linear, array("x"), array("w"), array("y"), nb::arg("threads"), nb::arg("stream"));
+  m.def("rms_norm", &rms_norm, array("x"), array("weight"), array("y"), nb::arg("eps"), nb::arg("threads"),
         nb::arg("stream"));
-  m.def("add_rms_norm", &add_rms_norm, nb::arg("x"), nb::arg("residual"), nb::arg("weight"), nb::arg("y"),
+  m.def("add_rms_norm", &add_rms_norm, array("x"), array("residual"), array("weight"), array("y"),
         nb::arg("eps"), nb::arg("threads"), nb::arg("stream"));
-  m.def("layer_norm", &layer_norm, nb::arg("x"), nb::arg("weight"), nb::arg("bias"), nb::arg("y"), nb::arg("eps"),
+  m.def("layer_norm", &layer_norm, array("x"), array("weight"), array("bias"), array("y"), nb::arg("eps"),
         nb::arg("threads"), nb::arg("stream"));
-  m.def("rope_apply", &rope_apply, nb::arg("x"), nb::arg("positions"), nb::arg("dim"), nb::arg("base"),
+  m.def("rope_apply", &rope_apply, array("x"), array("positions"), nb::arg("dim"), nb::arg("base"),
         nb::arg("factor"), nb::arg("original_max_position"), nb::arg("max_position"), nb::arg("beta_fast"),
         nb::arg("beta_slow"), nb::arg("layout"), nb::arg("threads"), nb::arg("stream"));
-  m.def("swiglu", &swiglu, nb::arg("gate"), nb::arg("up"), nb::arg("y"), nb::arg("threads"), nb::arg("stream"));
+  m.def("swiglu", &swiglu, array("gate"), array("up"), array("y"), nb::arg("threads"), nb::arg("stream"));
 }
 
 }  // namespace dsa_py

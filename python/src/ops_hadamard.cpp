@@ -21,7 +21,7 @@ void hadamard_transform(nb::handle x, nb::handle y, float scale, int threads, st
 }  // namespace
 
 void bind_hadamard(nb::module_& m) {
-  m.def("hadamard_transform", &hadamard_transform, nb::arg("x"), nb::arg("y"), nb::arg("scale"), nb::arg("threads"),
+  m.def("hadamard_transform", &hadamard_transform, array("x"), array("y"), nb::arg("scale"), nb::arg("threads"),
         nb::arg("stream"));
 }
 

@@ -86,15 +86,15 @@ void lightning_indexer_weights(nb::handle proj, nb::handle q_scale, nb::handle w
 }  // namespace
 
 void bind_indexer(nb::module_& m) {
-  m.def("lightning_indexer_scores", &lightning_indexer_scores, nb::arg("q"), nb::arg("w"), nb::arg("k"),
-        nb::arg("k_scale"), nb::arg("ranges"), nb::arg("scores"), nb::arg("threads"), nb::arg("stream"));
-  m.def("lightning_indexer_scores_paged", &lightning_indexer_scores_paged, nb::arg("q"), nb::arg("w"),
-        nb::arg("cache"), nb::arg("block_table"), nb::arg("block_size"), nb::arg("ranges"), nb::arg("scores"),
+  m.def("lightning_indexer_scores", &lightning_indexer_scores, array("q"), array("w"), array("k"),
+        array("k_scale"), array("ranges"), array("scores"), nb::arg("threads"), nb::arg("stream"));
+  m.def("lightning_indexer_scores_paged", &lightning_indexer_scores_paged, array("q"), array("w"),
+        array("cache"), array("block_table"), nb::arg("block_size"), array("ranges"), array("scores"),
         nb::arg("threads"), nb::arg("stream"));
-  m.def("lightning_indexer_backward", &lightning_indexer_backward, nb::arg("q"), nb::arg("w"), nb::arg("k"),
-        nb::arg("k_scale"), nb::arg("ranges"), nb::arg("grad_scores"), nb::arg("grad_q").none(),
-        nb::arg("grad_w").none(), nb::arg("grad_k").none(), nb::arg("threads"), nb::arg("stream"));
-  m.def("lightning_indexer_weights", &lightning_indexer_weights, nb::arg("proj"), nb::arg("q_scale"), nb::arg("w"),
+  m.def("lightning_indexer_backward", &lightning_indexer_backward, array("q"), array("w"), array("k"),
+        array("k_scale"), array("ranges"), array("grad_scores"), array("grad_q"),
+        array("grad_w"), array("grad_k"), nb::arg("threads"), nb::arg("stream"));
+  m.def("lightning_indexer_weights", &lightning_indexer_weights, array("proj"), array("q_scale"), array("w"),
         nb::arg("head_scale"), nb::arg("dim_scale"), nb::arg("threads"), nb::arg("stream"));
 }
 

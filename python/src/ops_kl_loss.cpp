@@ -65,10 +65,10 @@ void indexer_kl_loss_sparse(nb::handle attn, nb::handle index_scores, nb::handle
 }  // namespace
 
 void bind_kl_loss(nb::module_& m) {
-  m.def("indexer_kl_loss_dense", &indexer_kl_loss_dense, nb::arg("attn"), nb::arg("index_scores"), nb::arg("ranges"),
-        nb::arg("loss"), nb::arg("grad_index"), nb::arg("workspace").none(), nb::arg("threads"), nb::arg("stream"));
-  m.def("indexer_kl_loss_sparse", &indexer_kl_loss_sparse, nb::arg("attn"), nb::arg("index_scores"), nb::arg("topk"),
-        nb::arg("loss"), nb::arg("grad_index"), nb::arg("workspace").none(), nb::arg("threads"), nb::arg("stream"));
+  m.def("indexer_kl_loss_dense", &indexer_kl_loss_dense, array("attn"), array("index_scores"), array("ranges"),
+        array("loss"), array("grad_index"), array("workspace"), nb::arg("threads"), nb::arg("stream"));
+  m.def("indexer_kl_loss_sparse", &indexer_kl_loss_sparse, array("attn"), array("index_scores"), array("topk"),
+        array("loss"), array("grad_index"), array("workspace"), nb::arg("threads"), nb::arg("stream"));
   m.def("indexer_kl_loss_dense_workspace_size", &dsa::indexer_kl_loss_dense_workspace_size, nb::arg("m"));
   m.def("indexer_kl_loss_sparse_workspace_size", &dsa::indexer_kl_loss_sparse_workspace_size, nb::arg("m"),
         nb::arg("k"));

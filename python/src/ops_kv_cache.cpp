@@ -1,5 +1,7 @@
 // Cache rows: kv_cache_fp8_pack/unpack (FlashMLA's 656-byte FP8 rows), indexer_cache_pack/unpack
 // (132-byte indexer key rows).
+#include <algorithm>
+
 #include "common.hpp"
 #include "dsa/cpu/kv_cache.hpp"
 #include "dsa/ops/kv_cache.hpp"
@@ -46,17 +48,29 @@ void indexer_cache_unpack(nb::handle cache, nb::handle k, nb::handle k_scale, in
   });
 }
 
+/// The rows a cache allocated for `slots` needs: max(slots) + 1 (slots of -1 are skipped, so
+/// all -1 or none needs 0). `slots` is checked as the op checks it (a host int32 vector) before an
+/// entry is read, so a float, 2-D or foreign object is refused, never truncated or iterated.
+dsa::index_t slot_rows(nb::handle slots, std::string_view op) {
+  const host_place p{op, {}};
+  const auto si = in<std::int32_t, 1>(p, slots, "slots");
+  std::int32_t top = -1;
+  for (dsa::index_t i = 0; i < si.view.extent(0); ++i) top = std::max(top, si.view(i));
+  return static_cast<dsa::index_t>(top) + 1;
+}
+
 }  // namespace
 
 void bind_kv_cache(nb::module_& m) {
-  m.def("kv_cache_fp8_pack", &kv_cache_fp8_pack, nb::arg("kv"), nb::arg("cache"), nb::arg("slots").none(),
+  m.def("kv_cache_fp8_pack", &kv_cache_fp8_pack, array("kv"), array("cache"), array("slots"),
         nb::arg("threads"), nb::arg("stream"));
-  m.def("kv_cache_fp8_unpack", &kv_cache_fp8_unpack, nb::arg("cache"), nb::arg("kv"), nb::arg("threads"),
+  m.def("kv_cache_fp8_unpack", &kv_cache_fp8_unpack, array("cache"), array("kv"), nb::arg("threads"),
         nb::arg("stream"));
-  m.def("indexer_cache_pack", &indexer_cache_pack, nb::arg("k"), nb::arg("k_scale"), nb::arg("cache"),
-        nb::arg("slots").none(), nb::arg("threads"), nb::arg("stream"));
-  m.def("indexer_cache_unpack", &indexer_cache_unpack, nb::arg("cache"), nb::arg("k"), nb::arg("k_scale"),
+  m.def("indexer_cache_pack", &indexer_cache_pack, array("k"), array("k_scale"), array("cache"),
+        array("slots"), nb::arg("threads"), nb::arg("stream"));
+  m.def("indexer_cache_unpack", &indexer_cache_unpack, array("cache"), array("k"), array("k_scale"),
         nb::arg("threads"), nb::arg("stream"));
+  m.def("slot_rows", &slot_rows, array("slots"), nb::arg("op"));
   m.attr("kv_fp8_row_bytes") = dsa::kv_fp8_row_bytes;
   m.attr("kv_dim") = dsa::kv_dim;
   m.attr("kv_latent_dim") = dsa::kv_latent_dim;

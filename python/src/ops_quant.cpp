@@ -9,7 +9,7 @@ namespace {
 dsa::scale_format parse_scale_format(std::string_view s, std::string_view op, std::string_view name) {
   if (s == "ue8m0") return dsa::scale_format::ue8m0;
   if (s == "fp32") return dsa::scale_format::fp32;
-  dsa::fail(op, name, std::string(s), "'ue8m0' or 'fp32'");
+  dsa::fail(op, name, dsa::quoted(s), "'ue8m0' or 'fp32'");
 }
 
 void act_quant(nb::handle x, nb::handle q, nb::handle s, std::string_view format, dsa::index_t group_size, int threads,
@@ -66,13 +66,13 @@ void weight_dequant(nb::handle q, nb::handle s, nb::handle w, int threads, std::
 }  // namespace
 
 void bind_quant(nb::module_& m) {
-  m.def("act_quant", &act_quant, nb::arg("x"), nb::arg("q"), nb::arg("s"), nb::arg("scale_format"),
+  m.def("act_quant", &act_quant, array("x"), array("q"), array("s"), nb::arg("scale_format"),
         nb::arg("group_size"), nb::arg("threads"), nb::arg("stream"));
-  m.def("act_dequant", &act_dequant, nb::arg("q"), nb::arg("s"), nb::arg("y"), nb::arg("group_size"),
+  m.def("act_dequant", &act_dequant, array("q"), array("s"), array("y"), nb::arg("group_size"),
         nb::arg("threads"), nb::arg("stream"));
-  m.def("weight_quant", &weight_quant, nb::arg("w"), nb::arg("q"), nb::arg("s"), nb::arg("threads"),
+  m.def("weight_quant", &weight_quant, array("w"), array("q"), array("s"), nb::arg("threads"),
         nb::arg("stream"));
-  m.def("weight_dequant", &weight_dequant, nb::arg("q"), nb::arg("s"), nb::arg("w"), nb::arg("threads"),
+  m.def("weight_dequant", &weight_dequant, array("q"), array("s"), array("w"), nb::arg("threads"),
         nb::arg("stream"));
 }
 

@@ -60,11 +60,11 @@ void gather_rows(nb::handle src, nb::handle indices, nb::handle dst, int threads
 }  // namespace
 
 void bind_topk(nb::module_& m) {
-  m.def("topk_indices", &topk_indices, nb::arg("scores"), nb::arg("ranges"), nb::arg("k"), nb::arg("indices"),
+  m.def("topk_indices", &topk_indices, array("scores"), array("ranges"), nb::arg("k"), array("indices"),
         nb::arg("threads"), nb::arg("stream"));
-  m.def("topk_indices_paged", &topk_indices_paged, nb::arg("scores"), nb::arg("ranges"), nb::arg("k"),
-        nb::arg("block_table"), nb::arg("block_size"), nb::arg("slots"), nb::arg("threads"), nb::arg("stream"));
-  m.def("gather_rows", &gather_rows, nb::arg("src"), nb::arg("indices"), nb::arg("dst"), nb::arg("threads"),
+  m.def("topk_indices_paged", &topk_indices_paged, array("scores"), array("ranges"), nb::arg("k"),
+        array("block_table"), nb::arg("block_size"), array("slots"), nb::arg("threads"), nb::arg("stream"));
+  m.def("gather_rows", &gather_rows, array("src"), array("indices"), array("dst"), nb::arg("threads"),
         nb::arg("stream"));
 }
 

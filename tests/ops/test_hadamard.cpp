@@ -497,3 +497,36 @@ TEST_CASE("bad arguments are rejected with a clear dsa::error") {
   // Disjoint halves of one buffer are fine.
   CHECK_NOTHROW(run(dsa::make_view(a.data(), {4, 64}), dsa::make_view(a.data() + 256, {4, 64})));
 }
+
+TEST_CASE("a non-finite scale is a clear dsa::error, on any batch (issue 33, class 7)") {
+  // It used to return NaN (or inf) rows without an error, although docs/robustness.md lists
+  // non-finite scales among the errors.
+  std::vector<float> a(4 * 64, 1.0f), b(4 * 64, 7.0f);
+  std::vector<bf16> ab(4 * 64, bf16(1.0f)), bb(4 * 64, bf16(7.0f));
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const float scale : {nan, inf, -inf}) {
+    CAPTURE(scale);
+    CHECK_THROWS_WITH_AS(dsa::hadamard_transform(dsa::cpu, dsa::make_view(static_cast<const float*>(a.data()), {4, 64}),
+                                                 dsa::make_view(b.data(), {4, 64}), scale),
+                         doctest::Contains("dsa::hadamard_transform: scale = "), dsa::error);
+    CHECK_THROWS_WITH_AS(dsa::hadamard_transform(dsa::cpu, dsa::make_view(static_cast<const bf16*>(ab.data()), {4, 64}),
+                                                 dsa::make_view(bb.data(), {4, 64}), scale),
+                         doctest::Contains("; expected a finite number"), dsa::error);
+    // Nothing was written.
+    CHECK(b[0] == 7.0f);
+    CHECK(static_cast<float>(bb[0]) == 7.0f);
+    // An empty batch refuses it too: the argument is wrong whatever the data.
+    CHECK_THROWS_AS(dsa::hadamard_transform(dsa::cpu, dsa::make_view(static_cast<const float*>(a.data()), {0, 64}),
+                                            dsa::make_view(b.data(), {0, 64}), scale),
+                    dsa::error);
+  }
+  CHECK_THROWS_WITH_AS(dsa::hadamard_transform(dsa::cpu, dsa::make_view(static_cast<const float*>(a.data()), {4, 64}),
+                                               dsa::make_view(b.data(), {4, 64}), nan),
+                       doctest::Contains("dsa::hadamard_transform: scale = nan; expected a finite number"), dsa::error);
+  // Finite scales of any sign, zero and the largest float stay transforms.
+  for (const float scale : {0.0f, -1.0f, std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min()}) {
+    CAPTURE(scale);
+    CHECK_NOTHROW(dsa::hadamard_transform(dsa::cpu, dsa::make_view(static_cast<const float*>(a.data()), {4, 64}),
+                                          dsa::make_view(b.data(), {4, 64}), scale));
+  }
+}

@@ -14,8 +14,8 @@ def test_error_is_value_error_with_the_cpp_message():
         dsa.hadamard_transform(x)
     assert str(e.value) == ("dsa::hadamard_transform: x.extent(1) = 100; expected a power of two <= 32768, "
                             "or 12, 20, 28 or 40 times one")
-    with pytest.raises(ValueError, match=r"dsa::topk_indices: k = 0; expected >= 1"):
-        dsa.topk_indices(np.zeros((3, 4), np.float32), 0)
+    with pytest.raises(ValueError, match=r"dsa::topk_indices: ranges\(0, 1\) = 5; expected an end in \[start, n\]"):
+        dsa.topk_indices(np.zeros((3, 4), np.float32), 2, np.array([[0, 5]] * 3, np.int32))
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -88,7 +88,8 @@ def test_threads_keyword_and_determinism():
 
 def test_bad_enum_strings():
     x = np.ones((2, 128), np.float32)
-    with pytest.raises(dsa.Error, match="scale_format = e5m2; expected 'ue8m0' or 'fp32'"):
+    # The value is the caller's text: quoted (and escaped) as every such string in a message.
+    with pytest.raises(dsa.Error, match="scale_format = 'e5m2'; expected 'ue8m0' or 'fp32'"):
         dsa.act_quant(x, scale_format="e5m2")
     with pytest.raises(dsa.Error, match="layout"):
         dsa.rope_apply(np.zeros((1, 1, 64), np.uint16), np.zeros(1, np.int32), layout="neox")

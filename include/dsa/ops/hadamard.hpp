@@ -6,6 +6,7 @@
 // rounded once to T. The indexer's rotate_activation is n = 128, scale = 128^-0.5, bf16.
 #pragma once
 
+#include <cmath>
 #include <string_view>
 #include <type_traits>
 
@@ -23,14 +24,18 @@ DSA_NAMESPACE_BEGIN
 struct hadamard_transform_op {};
 
 /// y = (x * H_n) * scale for every row, n = x.extent(1); x and y may be the same view (in place).
-/// T is float or bf16. Throws dsa::error for an unsupported n (see is_hadamard_size), mismatched
-/// shapes, non-unit inner strides, output rows that overlap each other, or x and y that overlap
-/// without being the same view.
+/// T is float or bf16. Throws dsa::error for a non-finite scale, an unsupported n (see
+/// is_hadamard_size), mismatched shapes, non-unit inner strides, output rows that overlap each
+/// other, or x and y that overlap without being the same view.
 template <backend B, class T>
 void hadamard_transform(const B& be, in_view<B, T, 2> x, out_view<B, T, 2> y, float scale) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>,
                 "dsa::hadamard_transform: T must be float or dsa::bf16");
   constexpr std::string_view op = "hadamard_transform";
+  // A NaN or infinite scale would turn every output into NaN/inf without a word (a scale of 0 or a
+  // negative one is a well-defined transform and stays allowed). Checked before the shapes, so
+  // even an empty batch refuses it, as every other op refuses a non-finite scale or eps.
+  check(std::isfinite(scale), op, "scale", scale, "a finite number");
   check_valid(op, "x", x);
   check_valid(op, "y", y);
   check_inner_contiguous(op, "x", x);
