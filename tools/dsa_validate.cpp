@@ -34,6 +34,7 @@
 
 #include "dsa/core/config.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/quote.hpp"
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/model/safetensors.hpp"
 #include "validate/executor.hpp"
@@ -74,11 +75,15 @@ const char* const usage_text =
     "                       --backend cuda only\n"
     "  --dump OUT           write the inputs and the computed outputs, under the expected outputs'\n"
     "                       names, to OUT (a golden-format file; written to a new temporary file\n"
-    "                       and renamed onto OUT; OUT may not be an input or a directory)\n"
+    "                       and renamed onto OUT, so OUT must be a new name or a regular file that\n"
+    "                       is not an input: not a directory, device, FIFO or socket); with --model\n"
+    "                       the computed tensors are kept for it, at most 4 GiB in all\n"
     "  -h, --help           this text\n"
     "\n"
     "exit status: 0 all checks pass, 1 a comparison failed, 2 usage, I/O or malformed-input error,\n"
     "             77 --backend cuda and no CUDA device (nothing was run)\n";
+
+static_assert(dsa_validate::model_replay_max_kept_bytes == std::uint64_t{4} << 30, "usage_text says 4 GiB");
 
 struct options {
   std::filesystem::path file;
@@ -99,6 +104,7 @@ options parse_args(int argc, char** argv) {
   options o;
   bool have_file = false;
   auto value = [&](int& i, std::string_view flag) -> std::string {
+    // `flag` is one of the known options (matched exactly), so it is printed as it is.
     if (i + 1 >= argc) throw usage_error{std::string(flag) + " needs a value"};
     return argv[++i];
   };
@@ -110,7 +116,7 @@ options parse_args(int argc, char** argv) {
     } else if (a == "--backend") {
       o.backend = value(i, a);
       if (o.backend != "cpu" && o.backend != "cuda") {
-        throw usage_error{"--backend = " + o.backend + "; expected cpu or cuda"};
+        throw usage_error{"--backend = " + dsa::quoted(o.backend) + "; expected cpu or cuda"};
       }
     } else if (a == "--model") {
       o.model = value(i, a);
@@ -128,7 +134,7 @@ options parse_args(int argc, char** argv) {
         used = 0;
       }
       if (used != v.size() || n < 1 || n > 4096)
-        throw usage_error{"--threads = " + v + "; expected an integer in [1, 4096]"};
+        throw usage_error{"--threads = " + dsa::quoted(v) + "; expected an integer in [1, 4096]"};
       o.threads = static_cast<int>(n);
     } else if (a == "--fp8-dot") {
       const std::string v = value(i, a);
@@ -137,25 +143,25 @@ options parse_args(int argc, char** argv) {
       } else if (v == "fp32") {
         o.fp8_dot = dsa::fp8_dot::fp32;
       } else {
-        throw usage_error{"--fp8-dot = " + v + "; expected exact or fp32"};
+        throw usage_error{"--fp8-dot = " + dsa::quoted(v) + "; expected exact or fp32"};
       }
     } else if (a == "--cuda-linear") {
       o.cuda_linear = value(i, a);
       if (o.cuda_linear != "cublas" && o.cuda_linear != "simt") {
-        throw usage_error{"--cuda-linear = " + o.cuda_linear + "; expected cublas or simt"};
+        throw usage_error{"--cuda-linear = " + dsa::quoted(o.cuda_linear) + "; expected cublas or simt"};
       }
     } else if (a.size() > 1 && a[0] == '-') {
-      throw usage_error{"unknown option " + std::string(a)};
+      throw usage_error{"unknown option " + dsa::quoted(a)};
     } else if (have_file) {
-      throw usage_error{"more than one input file (" + o.file.string() + ", " + std::string(a) + ")"};
+      throw usage_error{"more than one input file (" + dsa::quoted(o.file.string()) + ", " + dsa::quoted(a) + ")"};
     } else {
       o.file = std::string(a);
       have_file = true;
     }
   }
   if (have_file && !o.model.empty()) {
-    throw usage_error{"both an input file (" + o.file.string() + ") and --model " + o.model.string() +
-                      "; expected one of them"};
+    throw usage_error{"both an input file (" + dsa::quoted(o.file.string()) + ") and --model " +
+                      dsa::quoted(o.model.string()) + "; expected one of them"};
   }
   if (!have_file && o.model.empty()) throw usage_error{"no input file (or --model DIR)"};
   if (o.backend == "cuda" && o.threads != 0) {
@@ -192,6 +198,10 @@ std::string describe(const std::vector<dsa_validate::comparison>& cs) {
     } else {
       s += ", ";
     }
+    if (c.metric == dsa_validate::empty_metric) {  // compare_nothing: an empty expected tensor
+      s += "no elements to compare (an empty tensor; expected at least 1)";
+      continue;
+    }
     s += c.metric + " " + format_number(c.max_error) + (c.pass ? "" : " EXCEEDS") + " (tol " +
          format_number(c.tolerance) + ")";
   }
@@ -215,26 +225,38 @@ std::vector<std::filesystem::path> input_files(const options& o) {
   return in;
 }
 
-/// Refuses a --dump OUT that cannot be written or would replace an input: OUT in a directory that
-/// does not exist, OUT an existing directory, or OUT the same file (device and inode, through
-/// symlinks and hard links) as any of o.inputs. Checked before the run and again just before the
-/// dump is written; write_safetensors then writes a fresh temporary file and renames it onto OUT.
+/// Refuses a --dump OUT that cannot be written or would replace what it must not: OUT in a
+/// directory that does not exist, OUT an existing directory, OUT anything else that is not a
+/// regular file (a character or block device, a FIFO, a socket, or a symlink to one: the dump is
+/// renamed onto OUT, so `--dump /dev/null` would put a regular file in place of /dev/null), or
+/// OUT the same file (device and inode, through symlinks and hard links) as any of o.inputs.
+/// Checked before the run and again just before the dump is written; write_safetensors then
+/// writes a fresh temporary file, checks OUT once more and renames the file onto it. A symlink OUT
+/// to a regular file that is not an input, or a dangling one, is replaced (its target untouched).
 void check_dump_target(const options& o) {
   namespace fs = std::filesystem;
-  const std::string out = o.dump.string();
+  const std::string out = dsa::quoted(o.dump.string());
   const fs::path parent = o.dump.has_parent_path() ? o.dump.parent_path() : fs::path(".");
   struct stat st {};
   if (::stat(parent.c_str(), &st) != 0) {
     const int e = errno;
     dsa::fail("validate", "--dump", out,
-              "a file in an existing directory (" + parent.string() + ": " + std::generic_category().message(e) + ")");
+              "a file in an existing directory (" + dsa::quoted(parent.string()) + ": " +
+                  std::generic_category().message(e) + ")");
   }
-  if (!S_ISDIR(st.st_mode))
-    dsa::fail("validate", "--dump", out, "a file in an existing directory (" + parent.string() + " is not a directory)");
+  if (!S_ISDIR(st.st_mode)) {
+    dsa::fail("validate", "--dump", out,
+              "a file in an existing directory (" + dsa::quoted(parent.string()) + " is not a directory)");
+  }
   if (!o.dump.has_filename()) dsa::fail("validate", "--dump", out, "the name of a file to write, not a directory path");
   if (::stat(o.dump.c_str(), &st) != 0) return;  // nothing there (or a dangling symlink, which the dump replaces)
   if (S_ISDIR(st.st_mode))
     dsa::fail("validate", "--dump", out, "the name of a file to write; it is an existing directory");
+  if (const auto what = dsa::safetensors_detail::unreplaceable(o.dump)) {
+    dsa::fail("validate", "--dump", out,
+              "a regular file or a new name; it is " + *what + ", which the dump would replace (it is written to a "
+              "new file renamed onto OUT)");
+  }
   struct stat link {};
   const bool is_link = ::lstat(o.dump.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
   for (const fs::path& in : o.inputs) {
@@ -242,7 +264,7 @@ void check_dump_target(const options& o) {
     if (::stat(in.c_str(), &is) == 0 && is.st_dev == st.st_dev && is.st_ino == st.st_ino) {
       dsa::fail("validate", "--dump", out,
                 "a file other than the inputs; it is " + std::string(is_link ? "a symlink to " : "") + "the input " +
-                    in.string() + ", which the dump would replace");
+                    dsa::quoted(in.string()) + ", which the dump would replace");
     }
   }
 }
@@ -300,23 +322,25 @@ int run_model(const options& o) {
   std::error_code ec;
   const fs::path& dir = o.model;
   if (!fs::exists(dir, ec)) {
-    std::cerr << "dsa_validate: --model " << dir.string() << ": no such directory\n";
+    std::cerr << "dsa_validate: --model " << dsa::quoted(dir.string()) << ": no such directory\n";
     return exit_error;
   }
   if (!fs::is_directory(dir, ec)) {
-    std::cerr << "dsa_validate: --model " << dir.string() << ": not a directory; expected a golden model directory "
+    std::cerr << "dsa_validate: --model " << dsa::quoted(dir.string())
+              << ": not a directory; expected a golden model directory "
               << "(config.json, model.safetensors or model.safetensors.index.json, expected.safetensors)\n";
     return exit_error;
   }
   if (!fs::exists(dir / "expected.safetensors", ec)) {
-    std::cerr << "dsa_validate: --model " << dir.string() << ": no expected.safetensors in the directory; expected a "
+    std::cerr << "dsa_validate: --model " << dsa::quoted(dir.string())
+              << ": no expected.safetensors in the directory; expected a "
               << "golden model directory (config.json, model.safetensors or model.safetensors.index.json, and "
               << "expected.safetensors with the reference prompt, logits and top-k; see ../shared/golden/README.md)\n";
     return exit_error;
   }
   auto header = [&](const std::string& backend) {
     std::cout << "dsa_validate " << DSA_VERSION_MAJOR << "." << DSA_VERSION_MINOR << "." << DSA_VERSION_PATCH
-              << ": model " << dir.string() << ", backend " << backend << "\n";
+              << ": model " << dsa::quoted(dir.string()) << ", backend " << backend << "\n";
   };
   dsa_validate::model_case_result r;
 #ifdef DSA_VALIDATE_CUDA
@@ -325,7 +349,8 @@ int run_model(const options& o) {
            (o.cuda_linear == "simt" ? ", dsa::linear on dsa's SIMT kernel" : ""));
     try {
       r = dsa_validate::run_model_case_cuda(
-          dir, o.cuda_linear == "simt" ? dsa::cuda_linear_path::simt : dsa::cuda_linear_path::cublas);
+          dir, o.cuda_linear == "simt" ? dsa::cuda_linear_path::simt : dsa::cuda_linear_path::cublas,
+          !o.dump.empty());
     } catch (const dsa_validate::backend_error& e) {
       std::cout << padded("model", 20) << "FAIL  " << e.what() << "\n";
       return exit_fail;
@@ -335,7 +360,9 @@ int run_model(const options& o) {
   {
     const dsa::cpu_backend be = cpu_backend_of(o);
     header(cpu_description(be));
-    r = dsa_validate::run_model_case(be, dir);
+    // The computed tensors are kept only for the dump: without it the replay streams its rows and
+    // holds one row's state at a time, whatever the batch.
+    r = dsa_validate::run_model_case(be, dir, dsa::model::forward_options{}.max_chunk, !o.dump.empty());
   }
 
   int passed = 0, failed = 0;
@@ -390,7 +417,7 @@ int run_model(const options& o) {
                                        "." + std::to_string(DSA_VERSION_PATCH);
     check_dump_target(o);
     dsa::write_safetensors(o.dump, entries, metadata);
-    std::cout << "wrote " << o.dump.string() << "\n";
+    std::cout << "wrote " << dsa::quoted(o.dump.string()) << "\n";
   }
   return failed ? exit_fail : exit_pass;
 }
@@ -400,7 +427,7 @@ template <class Exec>
 int run_primitives(const options& o, const dsa::safetensors_file& f, const std::vector<std::string>& groups,
                    const Exec& ex, const std::string& backend) {
   std::cout << "dsa_validate " << DSA_VERSION_MAJOR << "." << DSA_VERSION_MINOR << "." << DSA_VERSION_PATCH << ": "
-            << o.file.string() << ", backend " << backend << "\n";
+            << dsa::quoted(o.file.string()) << ", backend " << backend << "\n";
 
   std::vector<dsa_validate::case_result> results;
   int passed = 0, failed = 0, errors = 0;
@@ -426,7 +453,7 @@ int run_primitives(const options& o, const dsa::safetensors_file& f, const std::
   std::cout << "\n";
   if (!o.dump.empty()) {
     write_dump(o, f, results);
-    std::cout << "wrote " << o.dump.string() << "\n";
+    std::cout << "wrote " << dsa::quoted(o.dump.string()) << "\n";
   }
   if (errors) return exit_error;
   return failed ? exit_fail : exit_pass;
@@ -465,7 +492,7 @@ int run(options o) {
     std::cerr << "dsa_validate: note: ignoring tensors of unknown group " << dsa::quoted(u) << "\n";
   }
   if (groups.empty()) {
-    std::cerr << "dsa_validate: " << o.file.string() << ": no known case group (expected tensors named "
+    std::cerr << "dsa_validate: " << dsa::quoted(o.file.string()) << ": no known case group (expected tensors named "
               << "hadamard.*, hadamard_f32.*, act_quant.*, weight_quant.*, indexer.*, topk.*, sparse_mla.*, "
                  "kl_dense.* or kl_sparse.*)\n";
     return exit_error;
@@ -486,13 +513,15 @@ int main(int argc, char** argv) {
   try {
     o = parse_args(argc, argv);
   } catch (const usage_error& e) {
-    std::cerr << "dsa_validate: " << e.message << "\n\n" << usage_text;
+    std::cerr << "dsa_validate: " << e.message << "\n\n" << usage_text;  // argv in it is quoted
     return exit_error;
   }
   try {
     return run(o);
   } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n";
+    // A dsa::error is printable as it stands; another exception (std::filesystem_error, say) may
+    // carry a path from the command line unescaped.
+    std::cerr << dsa::escape_for_terminal(e.what()) << "\n";
     return exit_error;
   }
 }

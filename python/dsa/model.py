@@ -143,6 +143,10 @@ def validate(file: Any, *, threads: Optional[int] = None) -> Dict[str, Any]:
          "groups": [{"name", "pass", "error" (None, or why the group could not run),
                      "comparisons": [{"tensor", "metric", "max_error", "tolerance", "pass"}],
                      "outputs": {expected-tensor name: computed array}}]}
+
+    An expected tensor with no elements compares nothing: it adds a failed comparison of metric
+    "elements compared" (max_error 0, tolerance 1), so such a group never passes. ``pass`` is
+    true exactly when ``dsa_validate FILE`` exits 0.
     """
     op = "validate"
     report = _core.validate(_path(file, op, "file"), A.threads_arg(op, threads))
@@ -151,15 +155,22 @@ def validate(file: Any, *, threads: Optional[int] = None) -> Dict[str, Any]:
     return report
 
 
-def validate_model(dir: Any, *, threads: Optional[int] = None, max_chunk: int = 4096) -> Dict[str, Any]:
+def validate_model(dir: Any, *, threads: Optional[int] = None, max_chunk: int = 4096,
+                   outputs: bool = True) -> Dict[str, Any]:
     """Replays a golden model directory (config.json, the checkpoint, expected.safetensors) under
     the golden criteria, as ``dsa_validate --model DIR``: teacher-forced decode steps, per-step
     logits cosine >= 0.99, argmax agreeing on all steps but one, per-layer prefill top-k set
     agreement >= 98%. Returns ``{"model", "backend", "pass", "passed", "failed", "checks":
     [{"tensor", "metric", "max_error", "tolerance", "pass"}], "cosines", "argmax_match",
-    "argmax_got", "argmax_want", "topk_agreement", "diagnostics", "outputs"}``."""
+    "argmax_got", "argmax_want", "topk_agreement", "diagnostics", "outputs"}``.
+
+    The batch rows are replayed one at a time and released; ``outputs`` (the computed tensors in
+    the expected file's layout, as ``--dump`` writes them) are kept for the report unless
+    ``outputs=False``, and may total at most 4 GiB (checked before the replay starts: a
+    ``dsa.Error`` beyond)."""
     op = "validate_model"
     max_chunk = A.int_arg(op, "max_chunk", max_chunk)
-    report = _core.validate_model(_path(dir, op, "dir"), A.threads_arg(op, threads), max_chunk)
+    outputs = A.flag_arg(op, "outputs", outputs)
+    report = _core.validate_model(_path(dir, op, "dir"), A.threads_arg(op, threads), max_chunk, outputs)
     report["outputs"] = _arrays(report["outputs"])
     return report

@@ -127,12 +127,17 @@ nb::dict phase_times(const py_transformer& t) {
   return d;
 }
 
-nb::dict validate_model(const std::string& dir, int threads, dsa::index_t max_chunk) {
+nb::dict validate_model(const std::string& dir, int threads, dsa::index_t max_chunk, bool keep_outputs) {
   const auto be = cpu_backend(threads, "validate_model");
+  // A Python str may hold a NUL, which would cut the path the C library opens: another directory.
+  if (dir.find('\0') != std::string::npos) {
+    dsa::fail("validate_model", "dir", dsa::quoted(dir), "a path without NUL characters");
+  }
   dsa_validate::model_case_result r;
   {
     nogil release;
-    r = dsa_validate::run_model_case(be, std::filesystem::path(dir), max_chunk);
+    // Without keep_outputs the replay streams its batch rows and keeps no computed tensors.
+    r = dsa_validate::run_model_case(be, std::filesystem::path(dir), max_chunk, keep_outputs);
   }
   nb::dict d;
   d["model"] = dir;
@@ -188,7 +193,8 @@ void bind_model(nb::module_& m) {
         t.model.reset_phase_times();
       });
 
-  m.def("validate_model", &validate_model, nb::arg("dir"), nb::arg("threads"), nb::arg("max_chunk"));
+  m.def("validate_model", &validate_model, nb::arg("dir"), nb::arg("threads"), nb::arg("max_chunk"),
+        nb::arg("keep_outputs"));
 }
 
 }  // namespace dsa_py

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common.hpp"
+#include "dsa/core/quote.hpp"
 #include "dsa/model/safetensors.hpp"
 #include "results.hpp"
 #include "validate/primitive_cases.hpp"
@@ -14,6 +15,8 @@ namespace {
 nb::dict validate(const std::string& file, int threads) {
   constexpr std::string_view op = "validate";
   const auto be = cpu_backend(threads, op);
+  // A Python str may hold a NUL, which would cut the path the C library opens: another file.
+  if (file.find('\0') != std::string::npos) dsa::fail(op, "file", dsa::quoted(file), "a path without NUL characters");
   nb::dict report;
   report["file"] = file;
   report["backend"] = cpu_description(be);
@@ -23,7 +26,7 @@ nb::dict validate(const std::string& file, int threads) {
   for (const std::string& u : dsa_validate::unknown_groups(f)) unknown.append(u);
   report["unknown_groups"] = unknown;
   if (groups.empty()) {
-    dsa::fail(op, "file", file,
+    dsa::fail(op, "file", dsa::quoted(file),
               "a golden-format file with at least one known case group (tensors named hadamard.*, hadamard_f32.*, "
               "act_quant.*, weight_quant.*, indexer.*, topk.*, sparse_mla.*, kl_dense.* or kl_sparse.*)");
   }

@@ -168,7 +168,7 @@ TEST_CASE("golden token counts beyond max_position_embeddings are an input_error
     crafted_golden g(8193, 0, 1);
     CHECK_THROWS_WITH_AS(dsa_validate::run_model_case(dsa::cpu_backend{2}, g.dir),
                          doctest::Contains(
-                             ("expected.safetensors: prompt + generated = 8193 + 0 tokens" + expected).c_str()),
+                             ("expected.safetensors': prompt + generated = 8193 + 0 tokens" + expected).c_str()),
                          dsa_validate::input_error);
   }
   {
@@ -186,7 +186,7 @@ TEST_CASE("golden token counts beyond max_position_embeddings are an input_error
     // Within the context, but the logits of steps 3 .. 100 are missing: refused before any step.
     crafted_golden g(4, 100, 3);
     CHECK_THROWS_WITH_AS(dsa_validate::run_model_case(dsa::cpu_backend{2}, g.dir),
-                         doctest::Contains("expected.safetensors: step3.logits = missing; expected [1, 512] (one per "
+                         doctest::Contains("expected.safetensors': step3.logits = missing; expected [1, 512] (one per "
                                            "step: the prompt's and each of the 100 generated tokens')"),
                          dsa_validate::input_error);
   }

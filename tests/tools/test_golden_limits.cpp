@@ -60,8 +60,11 @@ TEST_CASE("weight_quant of a [0, INT64_MAX] weight expects a [0, 2^56] scale, no
   dsa::write_safetensors(path, e);
   {
     const auto f = dsa::safetensors_file::open(path);
+    // Well-formed now, and it runs; but its expected tensors are empty, so it compares nothing,
+    // which is a failure (issue 33, class 8), not a pass.
     const dsa_validate::case_result r = dsa_validate::run_group(dsa::cpu_backend{1}, f, "weight_quant");
-    CHECK(r.pass());  // nothing to compare, nothing wrong
+    CHECK_FALSE(r.pass());
+    CHECK(r.comparisons.back().metric == dsa_validate::empty_metric);
   }
   std::filesystem::remove(path);
 }
@@ -90,7 +93,8 @@ TEST_CASE("a file shape whose element count is zero but whose other extents over
 TEST_CASE("a kl_sparse case with 10^12 zero-width query rows runs in memory proportional to its data") {
   // Issue 14: the CPU backend kept one double per query row, so a 448-byte file with [m, h, 0]
   // tensors made dsa_validate allocate 8 bytes x m (7.8 GB for m = 10^9; std::bad_alloc beyond).
-  // Every key set is empty: the loss is 0 and there is no gradient to compare.
+  // Every key set is empty: the loss is 0 (compared, and it agrees) and there is no gradient to
+  // compare, which fails the group (an empty expected tensor compares nothing: issue 33, class 8).
   const auto path = temp_file("kl_sparse.safetensors");
   constexpr dsa::index_t m = 1'000'000'000'000;
   const float zero = 0.0f;
@@ -104,6 +108,10 @@ TEST_CASE("a kl_sparse case with 10^12 zero-width query rows runs in memory prop
   dsa::write_safetensors(path, e);
   const auto f = dsa::safetensors_file::open(path);
   const dsa_validate::case_result r = dsa_validate::run_group(dsa::cpu_backend{1}, f, "kl_sparse");
-  CHECK(r.pass());
+  CHECK(r.comparisons.front().tensor == "kl_sparse.loss");
+  CHECK(r.comparisons.front().pass);
+  CHECK_FALSE(r.pass());
+  CHECK(r.comparisons.back().tensor == "kl_sparse.grad_index");
+  CHECK(r.comparisons.back().metric == dsa_validate::empty_metric);
   std::filesystem::remove(path);
 }

@@ -12,6 +12,7 @@ TEST_CASE("dsa_validate command line (skipped: built without DSA_BUILD_TOOLS)") 
 
 #else
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -107,6 +108,10 @@ run_result run_tool(const temp_dir& dir, const std::vector<std::string>& args) {
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
+
+// `s` as dsa_validate echoes a path or argument it did not write: in single quotes (dsa::quoted;
+// the test's strings need no escapes).
+std::string q(const std::string& s) { return "'" + s + "'"; }
 
 }  // namespace
 
@@ -239,22 +244,25 @@ TEST_CASE("dsa_validate usage errors exit 2") {
   const std::string g = golden_path.string();
   struct usage_case {
     std::vector<std::string> args;
-    const char* message;
+    std::string message;
   };
   for (const auto& [args, message] : std::vector<usage_case>{
            {{}, "no input file"},
-           {{g, "--backend", "tpu"}, "--backend = tpu; expected cpu or cuda"},
+           {{g, "--backend", "tpu"}, "--backend = 'tpu'; expected cpu or cuda"},
            {{g, "--backend"}, "--backend needs a value"},
-           {{g, "--threads", "0"}, "--threads = 0; expected an integer in [1, 4096]"},
-           {{g, "--threads", "2x"}, "--threads = 2x"},
-           {{g, "--frobnicate"}, "unknown option --frobnicate"},
+           {{g, "--threads", "0"}, "--threads = '0'; expected an integer in [1, 4096]"},
+           {{g, "--threads", "2x"}, "--threads = '2x'"},
+           {{g, "--frobnicate"}, "unknown option '--frobnicate'"},
            {{g, "--backend", "cuda", "--threads", "2"}, "--threads = 2 with --backend cuda"},
-           {{g, "--fp8-dot", "fast"}, "--fp8-dot = fast; expected exact or fp32"},
+           {{g, "--fp8-dot", "fast"}, "--fp8-dot = 'fast'; expected exact or fp32"},
            {{g, "--backend", "cuda", "--fp8-dot", "fp32"}, "--fp8-dot with --backend cuda"},
-           {{g, "--cuda-linear", "magma"}, "--cuda-linear = magma; expected cublas or simt"},
+           {{g, "--cuda-linear", "magma"}, "--cuda-linear = 'magma'; expected cublas or simt"},
            {{g, "--backend", "cuda", "--cuda-linear", "simt"}, "--cuda-linear with a primitives file"},
            {{"--model", "m", "--cuda-linear", "cublas"}, "--cuda-linear with --backend cpu"},
-           {{g, g}, "more than one input file"},
+           {{g, g}, "more than one input file (" + q(g) + ", " + q(g) + ")"},
+           // argv text that could drive a terminal is escaped (issue 33, class 6)
+           {{g, "--backend", "\x1b[2Jcpu"}, "--backend = '\\x1b[2Jcpu'; expected cpu or cuda"},
+           {{"--\x1b]0;pwned\x07"}, "unknown option '--\\x1b]0;pwned\\x07'"},
        }) {
     const auto r = run_tool(dir, args);
     CAPTURE(r.output);
@@ -321,7 +329,7 @@ TEST_CASE("dsa_validate --model replays the golden tiny model: one line per chec
     const auto r = run_tool(dir, {"--model", tiny_dir.string(), "--threads", "2", "--fp8-dot", mode});
     CAPTURE(r.output);
     CHECK(r.exit_code == 0);
-    CHECK(contains(r.output, "model " + tiny_dir.string() + ", backend cpu (2 threads" +
+    CHECK(contains(r.output, "model " + q(tiny_dir.string()) + ", backend cpu (2 threads" +
                                  (mode == "fp32" ? ", fp32 FP8 block dots)" : ")")));
     for (int s = 0; s <= 8; ++s) {
       const std::string step = "step" + std::to_string(s) + ".logits";
@@ -420,20 +428,20 @@ TEST_CASE("dsa_validate --model exits 2 with a clear message on a bad directory"
     const auto r = run_tool(dir, {"--model", m.string()});
     CAPTURE(r.output);
     CHECK(r.exit_code == 2);
-    CHECK(contains(r.output, "dsa_validate: --model " + m.string() + ": no such directory"));
+    CHECK(contains(r.output, "dsa_validate: --model " + q(m.string()) + ": no such directory"));
   }
   SUBCASE("a file, not a directory") {
     const auto r = run_tool(dir, {"--model", golden_path.string()});
     CAPTURE(r.output);
     CHECK(r.exit_code == 2);
-    CHECK(contains(r.output, golden_path.string() + ": not a directory"));
+    CHECK(contains(r.output, q(golden_path.string()) + ": not a directory"));
   }
   SUBCASE("no expected.safetensors") {
     const fs::path m = model_copy(dir, "no_expected", {});
     const auto r = run_tool(dir, {"--model", m.string()});
     CAPTURE(r.output);
     CHECK(r.exit_code == 2);
-    CHECK(contains(r.output, "dsa_validate: --model " + m.string() + ": no expected.safetensors in the directory"));
+    CHECK(contains(r.output, "dsa_validate: --model " + q(m.string()) + ": no expected.safetensors in the directory"));
   }
   SUBCASE("no checkpoint") {
     const fs::path m = dir / "no_checkpoint";
@@ -519,8 +527,8 @@ TEST_CASE("dsa_validate --dump refuses to write over an input, and leaves it int
     const auto r = run_tool(dir, {in.string(), "--dump", in.string()});
     CAPTURE(r.output);
     CHECK(r.exit_code == 2);
-    CHECK(contains(r.output, refused + in.string() + "; expected a file other than the inputs; it is the input " +
-                                 in.string() + ", which the dump would replace"));
+    CHECK(contains(r.output, refused + q(in.string()) + "; expected a file other than the inputs; it is the input " +
+                                 q(in.string()) + ", which the dump would replace"));
     CHECK_FALSE(contains(r.output, "PASS"));  // refused before anything ran
     CHECK(fs::is_symlink(dir / "in.safetensors.tmp"));
   }
@@ -529,7 +537,7 @@ TEST_CASE("dsa_validate --dump refuses to write over an input, and leaves it int
     const auto r = run_tool(dir, {in.string(), "--dump", (dir / "link.safetensors").string()});
     CAPTURE(r.output);
     CHECK(r.exit_code == 2);
-    CHECK(contains(r.output, "it is a symlink to the input " + in.string()));
+    CHECK(contains(r.output, "it is a symlink to the input " + q(in.string())));
     CHECK(fs::is_symlink(dir / "link.safetensors"));
   }
   SUBCASE("OUT is a hard link to the input") {
@@ -537,7 +545,7 @@ TEST_CASE("dsa_validate --dump refuses to write over an input, and leaves it int
     const auto r = run_tool(dir, {in.string(), "--dump", (dir / "hard.safetensors").string()});
     CAPTURE(r.output);
     CHECK(r.exit_code == 2);
-    CHECK(contains(r.output, "it is the input " + in.string()));
+    CHECK(contains(r.output, "it is the input " + q(in.string())));
   }
   SUBCASE("the input is OUT.tmp: the dump goes to OUT, the input is never touched") {
     const fs::path tmp_named = dir / "out.safetensors.tmp";
@@ -566,7 +574,8 @@ TEST_CASE("dsa_validate --model --dump refuses every file of the model directory
     const auto r = run_tool(dir, {"--model", m.string(), "--dump", target.string()});
     CAPTURE(r.output);
     CHECK(r.exit_code == 2);
-    CHECK(contains(r.output, "dsa::validate: --dump = " + target.string() + "; expected a file other than the inputs"));
+    CHECK(contains(r.output,
+                   "dsa::validate: --dump = " + q(target.string()) + "; expected a file other than the inputs"));
     CHECK_FALSE(contains(r.output, "PASS"));
     CHECK(read_file(target) == before);
   }
@@ -609,7 +618,7 @@ TEST_CASE("dsa_validate --dump onto a directory or into a missing one: a clear e
     const auto r = run_tool(dir, {golden_path.string(), "--dump", d.string()});
     CAPTURE(r.output);
     CHECK(r.exit_code == 2);
-    CHECK(contains(r.output, "dsa::validate: --dump = " + d.string() +
+    CHECK(contains(r.output, "dsa::validate: --dump = " + q(d.string()) +
                                  "; expected the name of a file to write; it is an existing directory"));
     CHECK_FALSE(contains(r.output, "Success"));
   }
@@ -626,8 +635,9 @@ TEST_CASE("dsa_validate --dump onto a directory or into a missing one: a clear e
     const auto r = run_tool(dir, {golden_path.string(), "--dump", out.string()});
     CAPTURE(r.output);
     CHECK(r.exit_code == 2);
-    CHECK(contains(r.output, "dsa::validate: --dump = " + out.string() + "; expected a file in an existing directory (" +
-                                 (dir / "no_such_dir").string() + ": No such file or directory)"));
+    CHECK(contains(r.output, "dsa::validate: --dump = " + q(out.string()) +
+                                 "; expected a file in an existing directory (" + q((dir / "no_such_dir").string()) +
+                                 ": No such file or directory)"));
     CHECK_FALSE(contains(r.output, "Success"));
   }
   CHECK(names_in(d) == std::vector<std::string>{"keep.txt"});
@@ -643,7 +653,7 @@ TEST_CASE("dsa_validate --dump succeeds and leaves no temporary file behind, als
     const auto r = run_tool(dir, {golden_path.string(), "--dump", out.string()});
     CAPTURE(r.output);
     CHECK(r.exit_code == 0);
-    CHECK(contains(r.output, "wrote " + out.string()));
+    CHECK(contains(r.output, "wrote " + q(out.string())));
     CHECK(names_in(out_dir) == std::vector<std::string>{"dump.safetensors"});
     CHECK(dsa::safetensors_file::open(out).tensors().size() == dsa::safetensors_file::open(golden_path).tensors().size());
   }
@@ -712,6 +722,252 @@ TEST_CASE("write_safetensors: a fresh temporary file renamed into place, even ov
     CHECK(names_in(dir.path) == std::vector<std::string>{"victim.txt", "x.safetensors", "x.safetensors.tmp"});
     const auto f = dsa::safetensors_file::open(dir / "x.safetensors");
     CHECK(f.view<float, 1>("x").data_handle()[3] == 4.0f);
+  }
+}
+
+// ---- --dump onto what is not a regular file (issue 33, class 3) ------------------------------------
+// The dump is a new file renamed onto OUT, so an OUT that is a device or a FIFO would be replaced by
+// a regular file: as root, `--dump /dev/null` replaced the system's /dev/null.
+
+namespace {
+
+bool is_char_device(const fs::path& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+}  // namespace
+
+TEST_CASE("dsa_validate --dump refuses a FIFO, a symlink to /dev/null and /dev/null itself, and leaves them") {
+  // One case, in this order, without subcases: /dev/null is tried only once the FIFO and the
+  // symlink were refused, so that a regression fails the test before it could replace the
+  // system's /dev/null (as root it could).
+  REQUIRE(is_char_device("/dev/null"));
+  temp_dir dir;
+  const fs::path fifo = dir / "dump.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const fs::path link = dir / "null_link.safetensors";
+  fs::create_symlink("/dev/null", link);
+  struct target {
+    fs::path path;
+    std::vector<std::string> run;
+    std::string what;
+  };
+  for (const target& t : {
+           target{fifo, {golden_path.string()}, "a FIFO"},
+           target{fifo, {"--model", tiny_dir.string()}, "a FIFO"},
+           target{link, {golden_path.string()}, "a symlink to a character device"},
+           target{"/dev/null", {golden_path.string()}, "a character device"},
+           target{"/dev/null", {"--model", tiny_dir.string()}, "a character device"},
+       }) {
+    CAPTURE(t.path.string());
+    std::vector<std::string> args = t.run;
+    args.insert(args.end(), {"--dump", t.path.string()});
+    const auto r = run_tool(dir, args);
+    CAPTURE(r.output);
+    REQUIRE(r.exit_code == 2);
+    REQUIRE(contains(r.output, "dsa::validate: --dump = " + q(t.path.string()) +
+                                   "; expected a regular file or a new name; it is " + t.what +
+                                   ", which the dump would replace"));
+    CHECK_FALSE(contains(r.output, "PASS"));  // refused before anything ran
+    REQUIRE(is_char_device("/dev/null"));
+  }
+  struct stat st {};
+  REQUIRE(::lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  CHECK(fs::is_symlink(link));
+  CHECK(fs::read_symlink(link) == "/dev/null");
+  CHECK(names_in(dir.path) == std::vector<std::string>{"dump.fifo", "null_link.safetensors", "output.txt"});
+}
+
+TEST_CASE("write_safetensors refuses a target that is not a regular file, before writing and leaves it") {
+  // The library's own check (dsa_validate's is in front of it): nothing is created beside the
+  // target, and the target is what it was.
+  REQUIRE(is_char_device("/dev/null"));
+  temp_dir dir;
+  const std::vector<float> v = {1, 2, 3, 4};
+  const std::vector<dsa::safetensors_entry> entries = {
+      {"x", dsa::dtype::f32, {4}, std::as_bytes(std::span<const float>(v))}};
+  const fs::path fifo = dir / "x.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const fs::path link = dir / "null_link.safetensors";
+  fs::create_symlink("/dev/null", link);
+  for (const auto& [p, what] : std::vector<std::pair<fs::path, std::string>>{
+           {fifo, "a FIFO"}, {link, "a symlink to a character device"}, {"/dev/null", "a character device"}}) {
+    CAPTURE(p.string());
+    try {
+      dsa::write_safetensors(p, entries);
+      FAIL("no error");
+    } catch (const dsa::error& e) {
+      const std::string m = e.what();
+      CAPTURE(m);
+      CHECK(contains(m, "dsa::safetensors: "));
+      CHECK(contains(m, p.string()));
+      CHECK(contains(m, "is " + what + "; expected a regular file or a new name"));
+    }
+    REQUIRE(is_char_device("/dev/null"));
+  }
+  struct stat st {};
+  REQUIRE(::lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  CHECK(fs::read_symlink(link) == "/dev/null");
+  CHECK(names_in(dir.path) == std::vector<std::string>{"null_link.safetensors", "x.fifo"});
+  // A symlink to a regular file and a dangling one are still replaced (the link, not its target).
+  write_file(dir / "victim.txt", "precious");
+  fs::create_symlink(dir / "victim.txt", dir / "to_file.safetensors");
+  fs::create_symlink(dir / "nowhere", dir / "dangling.safetensors");
+  dsa::write_safetensors(dir / "to_file.safetensors", entries);
+  dsa::write_safetensors(dir / "dangling.safetensors", entries);
+  CHECK(read_file(dir / "victim.txt") == "precious");
+  CHECK(fs::is_regular_file(fs::symlink_status(dir / "to_file.safetensors")));
+  CHECK(fs::is_regular_file(fs::symlink_status(dir / "dangling.safetensors")));
+}
+
+// ---- groups that compare nothing (issue 33, class 8) -----------------------------------------------
+
+namespace {
+
+// A golden file of several groups whose tensors all have a zero extent (so the file holds no data
+// at all) and, if `with_topk`, the golden topk group besides.
+fs::path empty_groups_file(const temp_dir& dir, bool with_topk) {
+  const std::int32_t k = 4;
+  const float zero = 0.0f, one = 1.0f;
+  std::vector<dsa::safetensors_entry> e = {
+      {"hadamard.x", dsa::dtype::bf16, {0, 128}, {}},
+      {"hadamard.y", dsa::dtype::bf16, {0, 128}, {}},
+      {"act_quant.x", dsa::dtype::bf16, {0, 128}, {}},
+      {"act_quant.ue8m0.q", dsa::dtype::f8_e4m3, {0, 128}, {}},
+      {"act_quant.ue8m0.s", dsa::dtype::f32, {0, 1}, {}},
+      {"weight_quant.w", dsa::dtype::f32, {0, 0}, {}},
+      {"weight_quant.q", dsa::dtype::f8_e4m3, {0, 0}, {}},
+      {"weight_quant.s", dsa::dtype::f32, {0, 0}, {}},
+      {"sparse_mla.q", dsa::dtype::bf16, {0, 16, 576}, {}},
+      {"sparse_mla.kv", dsa::dtype::bf16, {0, 576}, {}},
+      {"sparse_mla.indices", dsa::dtype::i32, {0, 64}, {}},
+      {"sparse_mla.scale", dsa::dtype::f32, {1}, std::as_bytes(std::span(&one, 1))},
+      {"sparse_mla.out", dsa::dtype::f32, {0, 16, 512}, {}},
+      {"sparse_mla.lse", dsa::dtype::f32, {0, 16}, {}},
+      // The loss of no rows is compared (0 = 0), the empty gradient is not: still a FAIL.
+      {"kl_dense.attn", dsa::dtype::f32, {0, 2, 8}, {}},
+      {"kl_dense.index", dsa::dtype::f32, {0, 8}, {}},
+      {"kl_dense.loss", dsa::dtype::f32, {1}, std::as_bytes(std::span(&zero, 1))},
+      {"kl_dense.grad_index", dsa::dtype::f32, {0, 8}, {}},
+  };
+  if (!with_topk) {
+    e.push_back({"topk.score", dsa::dtype::f32, {0, 8}, {}});
+    e.push_back({"topk.ends", dsa::dtype::i32, {0}, {}});
+    e.push_back({"topk.k", dsa::dtype::i32, {1}, std::as_bytes(std::span(&k, 1))});
+    e.push_back({"topk.indices", dsa::dtype::i32, {0, 4}, {}});
+  }
+  const auto golden = dsa::safetensors_file::open(golden_path);
+  if (with_topk) {
+    for (const dsa::tensor_info& t : golden.tensors()) {
+      if (t.name.starts_with("topk.")) e.push_back({t.name, t.type, t.shape, golden.bytes(t)});
+    }
+  }
+  const fs::path p = dir / (with_topk ? "empty_and_topk.safetensors" : "empty.safetensors");
+  dsa::write_safetensors(p, e);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("dsa_validate fails a group whose expected tensors are empty: it compares nothing") {
+  temp_dir dir;
+  SUBCASE("every group empty") {
+    const auto r = run_tool(dir, {empty_groups_file(dir, false).string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 1);
+    for (const char* line : {"hadamard     FAIL  hadamard.y: max bf16 ulp 0 (tol 1), inexact fraction 0 (tol 0.005), "
+                             "no elements to compare (an empty tensor; expected at least 1)",
+                             "act_quant    FAIL  ", "weight_quant FAIL  ", "topk         FAIL  ", "sparse_mla   FAIL  ",
+                             "kl_dense     FAIL  kl_dense.loss: rel err 0 (tol 0.0001); kl_dense.grad_index: max abs "
+                             "err 0 (tol 1e-05), non-finite mismatches 0 (tol 0), no elements to compare"}) {
+      CHECK_MESSAGE(contains(r.output, line), line);
+    }
+    CHECK(contains(r.output,
+                   "weight_quant FAIL  weight_quant.q: mismatches 0 (tol 0), no elements to compare (an empty tensor; "
+                   "expected at least 1); weight_quant.s: mismatches 0 (tol 0), no elements to compare"));
+    CHECK(contains(r.output,
+                   "sparse_mla.lse: max abs err 0 (tol 0.0001), non-finite mismatches 0 (tol 0), no elements"));
+    CHECK(contains(r.output, "6 groups: 0 passed, 6 failed"));
+    CHECK_FALSE(contains(r.output, "PASS"));
+  }
+  SUBCASE("an empty group beside a real one: the real one passes, the file fails") {
+    const auto r = run_tool(dir, {empty_groups_file(dir, true).string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(contains(r.output, "topk         PASS  "));
+    CHECK(contains(r.output, "6 groups: 1 passed, 5 failed"));
+  }
+}
+
+TEST_CASE("dsa_validate refuses an expected tensor whose shape no array holds, as dsa.validate does") {
+  // kl_dense with no query rows and 2^62 keys costs the file nothing; its grad_index [0, 2^62]
+  // F32 would be 2^64 bytes were it not empty. It passed here while dsa.validate raised NumPy's
+  // ValueError making the array of that shape (issue 33, class 7); now both report it malformed.
+  temp_dir dir;
+  const float zero = 0.0f;
+  constexpr index_t n = index_t{1} << 62;
+  const fs::path p = dir / "huge_empty.safetensors";
+  dsa::write_safetensors(p, std::vector<dsa::safetensors_entry>{
+                                {"kl_dense.attn", dsa::dtype::f32, {0, 1, n}, {}},
+                                {"kl_dense.index", dsa::dtype::f32, {0, n}, {}},
+                                {"kl_dense.loss", dsa::dtype::f32, {1}, std::as_bytes(std::span(&zero, 1))},
+                                {"kl_dense.grad_index", dsa::dtype::f32, {0, n}, {}},
+                            });
+  const auto r = run_tool(dir, {p.string()});
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.output, "kl_dense     ERROR dsa_validate: " + q(p.string()) +
+                               ": group 'kl_dense': tensor 'kl_dense.grad_index' shape = [0, 4611686018427387904]; "
+                               "expected extents whose product (zero extents aside) times 4 bytes is at most 2^63 - 1 "
+                               "bytes"));
+}
+
+// ---- what dsa_validate echoes (issue 33, class 6) --------------------------------------------------
+
+TEST_CASE("dsa_validate echoes paths from the command line quoted, control characters escaped") {
+  temp_dir dir;
+  const std::string evil = "a\x1b[2J\xe2\x80\xae" "b";  // ESC [2J (clear screen), U+202E (right-to-left override)
+  const std::string shown = "a\\x1b[2J\\u202eb";
+  const fs::path in = dir / (evil + ".safetensors");
+  fs::copy_file(golden_path, in);
+  SUBCASE("the report's header and the dump") {
+    const fs::path out = dir / (evil + ".dump");
+    const auto r = run_tool(dir, {in.string(), "--dump", out.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(contains(r.output, ": " + q((dir / (shown + ".safetensors")).string()) + ", backend cpu"));
+    CHECK(contains(r.output, "wrote " + q((dir / (shown + ".dump")).string())));
+    CHECK_FALSE(contains(r.output, "\x1b"));
+    CHECK_FALSE(contains(r.output, "\xe2\x80\xae"));
+  }
+  SUBCASE("a group's input error") {
+    const auto golden = dsa::safetensors_file::open(golden_path);
+    std::vector<dsa::safetensors_entry> entries;
+    for (const dsa::tensor_info& t : golden.tensors()) {
+      if (t.name == "hadamard.y") entries.push_back({t.name, t.type, t.shape, golden.bytes(t)});
+    }
+    dsa::write_safetensors(in, entries);
+    const auto r = run_tool(dir, {in.string()});
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "hadamard     ERROR dsa_validate: " + q((dir / (shown + ".safetensors")).string()) +
+                                 ": group 'hadamard': tensor 'hadamard.x' is missing"));
+    CHECK_FALSE(contains(r.output, "\x1b"));
+  }
+  SUBCASE("--model and --dump errors") {
+    const auto m = run_tool(dir, {"--model", (dir / evil).string()});
+    CAPTURE(m.output);
+    CHECK(m.exit_code == 2);
+    CHECK(contains(m.output, "dsa_validate: --model " + q((dir / shown).string()) + ": no such directory"));
+    const auto d = run_tool(dir, {golden_path.string(), "--dump", (dir / evil / "x").string()});
+    CAPTURE(d.output);
+    CHECK(d.exit_code == 2);
+    CHECK(contains(d.output, "dsa::validate: --dump = " + q((dir / shown / "x").string()) +
+                                 "; expected a file in an existing directory (" + q((dir / shown).string())));
+    CHECK_FALSE(contains(m.output + d.output, "\x1b"));
   }
 }
 
@@ -810,7 +1066,7 @@ TEST_CASE("dsa_validate --model --backend cuda replays the golden tiny model") {
     const auto r = run_tool(dir, args);
     CAPTURE(r.output);
     CHECK(r.exit_code == 0);
-    CHECK(contains(r.output, "model " + tiny_dir.string() + ", backend cuda (device "));
+    CHECK(contains(r.output, "model " + q(tiny_dir.string()) + ", backend cuda (device "));
     CHECK(contains(r.output, "13 checks: 13 passed, 0 failed"));
   }
 }

@@ -78,9 +78,11 @@ class cuda_executor {
 
 /// --model DIR --backend cuda: run_model_case (validate/model_replay.hpp) on
 /// dsa::model::transformer<dsa::cuda_backend> on the default stream of the current device; the
-/// same replay and criteria as on the CPU, dsa::linear on `linear` (--cuda-linear). Defined in validate/cuda_model_case.cu. CUDA runtime
-/// errors become backend_error; a malformed directory throws as on the CPU (dsa::error,
-/// input_error).
-model_case_result run_model_case_cuda(const std::filesystem::path& dir, dsa::cuda_linear_path linear);
+/// same replay and criteria as on the CPU, dsa::linear on `linear` (--cuda-linear), the computed
+/// tensors kept only with `keep_outputs` (for --dump). Defined in validate/cuda_model_case.cu.
+/// CUDA runtime errors become backend_error; a malformed directory throws as on the CPU
+/// (dsa::error, input_error).
+model_case_result run_model_case_cuda(const std::filesystem::path& dir, dsa::cuda_linear_path linear,
+                                      bool keep_outputs);
 
 }  // namespace dsa_validate

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "dsa/core/error.hpp"
+#include "dsa/core/quote.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/model/safetensors.hpp"
@@ -133,37 +134,67 @@ struct host_tensor {
 
 inline std::string rank_name(std::size_t r) { return "rank " + std::to_string(r); }
 
+/// "dsa_validate: 'FILE': group 'G': ", the start of every input_error about a group's tensors
+/// (the path came from the command line, so it is quoted).
+inline std::string group_where(const dsa::safetensors_file& f, std::string_view group) {
+  return "dsa_validate: " + dsa::quoted(f.path().string()) + ": group " + dsa::quoted(group) + ": ";
+}
+
+/// Tensor `name` of `group` in the file, checked to be a T tensor of rank R; throws input_error
+/// if it is missing or is not. Reads nothing: the replay reads such tensors a row at a time.
+template <class T, std::size_t R>
+const dsa::tensor_info& find_tensor(const dsa::safetensors_file& f, std::string_view group, const std::string& name) {
+  constexpr dsa::dtype want = dsa::dtype_of<T>();
+  const dsa::tensor_info* t = f.find(name);
+  if (t == nullptr) {
+    throw input_error(group_where(f, group) + "tensor " + dsa::quoted(name) + " is missing; expected " +
+                      std::string(dsa::dtype_name(want)) + " of " + rank_name(R) +
+                      " (docs/validation.md lists each group's tensors)");
+  }
+  if (t->type != want || t->rank() != R) {
+    throw input_error(group_where(f, group) + "tensor " + dsa::quoted(name) + " = " + t->description() +
+                      "; expected " + std::string(dsa::dtype_name(want)) + " of " + rank_name(R));
+  }
+  return *t;
+}
+
 /// Copies tensor `name` of `group` out of the file; throws input_error if it is missing or not
 /// a T tensor of rank R.
 template <class T, std::size_t R>
 host_tensor<T, R> load(const dsa::safetensors_file& f, std::string_view group, const std::string& name) {
-  constexpr dsa::dtype want = dsa::dtype_of<T>();
-  const std::string where = "dsa_validate: " + f.path().string() + ": group '" + std::string(group) + "': ";
-  const dsa::tensor_info* t = f.find(name);
-  if (t == nullptr) {
-    throw input_error(where + "tensor '" + name + "' is missing; expected " + std::string(dsa::dtype_name(want)) +
-                      " of " + rank_name(R) + " (docs/validation.md lists each group's tensors)");
-  }
-  if (t->type != want || t->rank() != R) {
-    throw input_error(where + "tensor '" + name + "' = " + t->description() + "; expected " +
-                      std::string(dsa::dtype_name(want)) + " of " + rank_name(R));
-  }
+  const dsa::tensor_info& t = find_tensor<T, R>(f, group, name);
   host_tensor<T, R> h;
-  for (std::size_t r = 0; r < R; ++r) h.shape[r] = t->shape[r];
-  h.data.resize(static_cast<std::size_t>(t->numel()));
-  const auto bytes = f.bytes(*t);
+  for (std::size_t r = 0; r < R; ++r) h.shape[r] = t.shape[r];
+  h.data.resize(static_cast<std::size_t>(t.numel()));
+  const auto bytes = f.bytes(t);
   if (!bytes.empty()) std::memcpy(h.data.data(), bytes.data(), bytes.size());
   return h;
 }
 
-/// The expected tensor `name`, which must have exactly `shape` (derived from the inputs).
+/// The expected tensor `name`, which must have exactly `shape` (derived from the inputs) and a
+/// shape an array library can hold.
 template <class T, std::size_t R>
 host_tensor<T, R> load_expected(const dsa::safetensors_file& f, std::string_view group, const std::string& name,
                                 const std::array<index_t, R>& shape) {
+  const dsa::tensor_info& t = find_tensor<T, R>(f, group, name);
+  // A shape with a zero extent costs the file nothing whatever its other extents ([0, 2^62] F32
+  // is 0 bytes), but no array library holds one whose other extents multiply to more than
+  // 2^63 - 1 bytes: NumPy refuses it even empty, so dsa.validate could not return the computed
+  // output of that shape (a ValueError where dsa_validate printed PASS). Malformed, in both.
+  std::uint64_t bytes = sizeof(T);
+  bool fits = true;
+  for (index_t e : t.shape) {
+    if (e != 0) fits = fits && !__builtin_mul_overflow(bytes, static_cast<std::uint64_t>(e), &bytes);
+  }
+  if (!fits || bytes > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    throw input_error(group_where(f, group) + "tensor " + dsa::quoted(name) + " shape = " +
+                      dsa::format_shape(t.shape) + "; expected extents whose product (zero extents aside) times " +
+                      std::to_string(sizeof(T)) + " bytes is at most 2^63 - 1 bytes (an array's largest)");
+  }
   host_tensor<T, R> h = load<T, R>(f, group, name);
   if (h.shape != shape) {
-    throw input_error("dsa_validate: " + f.path().string() + ": group '" + std::string(group) + "': tensor '" + name +
-                      "' shape = " + dsa::format_shape(h.shape) + "; expected " + dsa::format_shape(shape) +
+    throw input_error(group_where(f, group) + "tensor " + dsa::quoted(name) + " shape = " +
+                      dsa::format_shape(h.shape) + "; expected " + dsa::format_shape(shape) +
                       " (from the group's inputs)");
   }
   return h;
@@ -266,6 +297,16 @@ inline comparison compare_row_relative(std::string tensor, std::string metric, s
     worst = std::max(worst, rel);
   }
   return {std::move(tensor), std::move(metric), worst, tolerance, worst <= tolerance};
+}
+
+/// The metric of compare_nothing, which describe() in dsa_validate prints as such.
+inline constexpr std::string_view empty_metric = "elements compared";
+
+/// The comparison of an expected tensor with no elements: it compares nothing, so it fails
+/// (max_error is the number of elements compared, 0; tolerance the least allowed, 1). Without it,
+/// a golden file of empty tensors would pass every metric vacuously.
+inline comparison compare_nothing(std::string tensor) {
+  return {std::move(tensor), std::string(empty_metric), 0.0, 1.0, false};
 }
 
 /// |got - expected| / |expected| of a scalar (absolute when expected is 0); non-finite values

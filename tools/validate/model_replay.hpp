@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -27,6 +28,8 @@
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/quote.hpp"
+#include "dsa/model/config.hpp"
 #include "dsa/model/forward.hpp"
 #include "dsa/model/safetensors.hpp"
 #include "validate/golden_format.hpp"
@@ -38,9 +41,22 @@ inline constexpr double model_min_cosine = 0.99;
 inline constexpr double model_max_argmax_mismatches = 1;
 inline constexpr double model_min_topk_agreement = 0.98;
 
+/// The most bytes of computed tensors a replay keeps when asked to (keep_outputs: for --dump and
+/// Python's validate_model outputs): every step's logits and every layer's top-k, ffn_out and
+/// residual in the expected file's [B, ...] layout. Their size follows from the file's batch and
+/// prompt length and from config.json, which cost the file far fewer bytes (a 1.6 MB file of 400
+/// prompts of 256 tokens asks for 0.4 GB of the tiny model's block outputs), so it is computed and
+/// checked against this limit before the first row runs. A replay that keeps nothing
+/// (dsa_validate without --dump) holds one row's few vectors at a time, whatever the batch.
+inline constexpr std::uint64_t model_replay_max_kept_bytes = std::uint64_t{4} << 30;
+
+/// Bytes counted per kept tensor beyond its data, for its name, bookkeeping and header entry: a
+/// config with many layers and a file with many steps make many small tensors.
+inline constexpr std::uint64_t model_replay_bytes_per_kept_tensor = 256;
+
 /// The outcome of a model replay: the criteria (comparisons) plus diagnostic lines (per-step
-/// cosines and argmaxes, per-layer block-output errors of the prefill) and the computed tensors
-/// under the expected file's names (for --dump).
+/// cosines and argmaxes, per-layer block-output errors of the prefill) and, when the replay kept
+/// them, the computed tensors under the expected file's names (for --dump).
 struct model_case_result {
   case_result result;
   std::vector<std::string> diagnostics;
@@ -80,127 +96,401 @@ host_tensor<T, R> expected(const dsa::safetensors_file& f, const std::string& na
   return load<T, R>(f, "model", name);
 }
 
-// Max relative L2 error of computed bf16 rows against expected ones: ||a - b|| / ||b|| per row.
-inline double max_row_rel_err(dsa::host_view<const dsa::bf16, 2> got, const host_tensor<dsa::bf16, 3>& want) {
-  double worst = 0;
-  const index_t rows = got.extent(0), d = got.extent(1);
-  for (index_t r = 0; r < rows; ++r) {
-    double num = 0, den = 0;
-    for (index_t c = 0; c < d; ++c) {
-      const double a = got(r, c).to_float(), b = want.data[static_cast<std::size_t>(r * d + c)].to_float();
-      num += (a - b) * (a - b);
-      den += b * b;
-    }
-    worst = std::max(worst, den > 0 ? std::sqrt(num / den) : std::sqrt(num));
-  }
-  return worst;
+// Elements [first, first + out.size()) of the file's tensor `t`, copied out: the replay reads the
+// expected tensors a row at a time, straight from the mapping (whose data need not be aligned
+// for T), rather than holding copies of them.
+template <class T>
+void read_elements(const dsa::safetensors_file& f, const dsa::tensor_info& t, std::size_t first, std::span<T> out) {
+  if (!out.empty()) std::memcpy(out.data(), f.bytes(t).data() + first * sizeof(T), out.size_bytes());
 }
 
-}  // namespace model_detail
+// Relative L2 error of one computed bf16 row against the expected one: ||a - b|| / ||b||.
+inline double row_rel_err(const dsa::bf16* got, std::span<const dsa::bf16> want) {
+  double num = 0, den = 0;
+  for (std::size_t c = 0; c < want.size(); ++c) {
+    const double a = got[c].to_float(), b = want[c].to_float();
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
 
-namespace model_detail {
-
-// What the replay of one batch row computed, in the expected file's layout with batch 1.
-struct row_replay {
-  std::vector<std::vector<float>> logits;                       // per step: [vocab]
-  std::vector<std::vector<host_tensor<std::int64_t, 3>>> topk;  // per step, per layer: [1, rows, k]
-  std::vector<host_tensor<dsa::bf16, 3>> ffn_out, residual;     // per layer: [1, len, d] (prefill)
-};
+// The top-k set agreement of prefill row r (want, got: its k entries), or a negative value when
+// the expected row holds no valid causal position. A prefill row r always has r + 1 >= 1 causal
+// candidates, so an expected row without one valid entry (all -1, or only positions after r) is
+// nonsense and counts as disagreement, never as agreement: an expected file of -1 rows scores 0
+// and fails.
+inline double prefill_row_agreement(std::span<const std::int64_t> want, std::span<const std::int64_t> got, index_t r) {
+  std::set<std::int64_t> w, g;
+  for (std::size_t j = 0; j < want.size(); ++j) {
+    if (want[j] >= 0 && want[j] <= r) w.insert(want[j]);
+    if (got[j] >= 0) g.insert(got[j]);
+  }
+  if (w.empty()) return -1.0;
+  std::size_t common = 0;
+  for (std::int64_t e : w) common += g.count(e);
+  return double(common) / double(std::max(w.size(), g.size()));
+}
 
 // Replays one sequence: the prompt in balanced chunks of at most `chunk` tokens, then each
-// generated token teacher-forced.
-template <class Model>
-row_replay replay_row(Model& m, std::span<const std::int64_t> prompt, std::span<const std::int64_t> generated,
-                      index_t chunk) {
-  const auto& cfg = m.config();
-  const index_t n_layers = m.num_layers();
+// generated token teacher-forced. Hands each step's logits to on_logits(step, logits) and each
+// layer trace to on_trace(step, trace) as they come, and keeps nothing itself: the sequence's
+// caches are released on return.
+template <class Model, class OnLogits, class OnTrace>
+void replay_row(Model& m, std::span<const std::int64_t> prompt, std::span<const std::int64_t> generated, index_t chunk,
+                OnLogits&& on_logits, OnTrace&& on_trace) {
   const index_t len = static_cast<index_t>(prompt.size()), steps = static_cast<index_t>(generated.size());
   auto seq = m.new_sequence(len + steps);
-  row_replay r;
-  r.topk.resize(static_cast<std::size_t>(steps + 1));
-  // The prefill's top-k rows are [1, len, min(index_topk, len)] whatever the chunking: a chunk's
-  // rows are min(index_topk, chunk end) wide, and the columns past that are -1 (no position).
-  const index_t k0 = std::min<index_t>(cfg.index_topk, len), d = cfg.hidden_size;
-  for (index_t l = 0; l < n_layers; ++l) {
-    r.topk[0].push_back(host_tensor<std::int64_t, 3>::zeros({1, len, k0}));
-    r.ffn_out.push_back(host_tensor<dsa::bf16, 3>::zeros({1, len, d}));
-    r.residual.push_back(host_tensor<dsa::bf16, 3>::zeros({1, len, d}));
-  }
-  auto observe = [&](index_t step) {
+  auto options = [&](index_t step) {
     dsa::model::forward_options o;
     o.max_chunk = chunk;
-    o.observer = [&, step](const dsa::model::layer_trace& tr) {
-      const index_t rows = tr.topk.extent(0), kc = tr.topk.extent(1);
-      if (step > 0) {
-        auto t = host_tensor<std::int64_t, 3>::zeros({1, rows, kc});
-        for (index_t i = 0; i < rows; ++i) {
-          for (index_t j = 0; j < kc; ++j) t.data[static_cast<std::size_t>(i * kc + j)] = tr.topk(i, j);
-        }
-        r.topk[static_cast<std::size_t>(step)].push_back(std::move(t));
-        return;
-      }
-      const auto l = static_cast<std::size_t>(tr.layer);
-      for (index_t i = 0; i < rows; ++i) {
-        const auto row = static_cast<std::size_t>(tr.start + i);
-        for (index_t j = 0; j < k0; ++j) {
-          const std::int64_t e = j < kc ? std::int64_t{tr.topk(i, j)} : std::int64_t{-1};
-          r.topk[0][l].data[row * static_cast<std::size_t>(k0) + static_cast<std::size_t>(j)] = e;
-        }
-        std::memcpy(&r.ffn_out[l].data[row * static_cast<std::size_t>(d)], tr.ffn_out.row(i), sizeof(dsa::bf16) * d);
-        std::memcpy(&r.residual[l].data[row * static_cast<std::size_t>(d)], tr.residual.row(i), sizeof(dsa::bf16) * d);
-      }
-    };
+    o.observer = [&on_trace, step](const dsa::model::layer_trace& tr) { on_trace(step, tr); };
     return o;
   };
-  r.logits.push_back(m.forward(seq, prompt, observe(0)));
+  on_logits(index_t{0}, m.forward(seq, prompt, options(0)));
   for (index_t s = 0; s < steps; ++s) {
-    r.logits.push_back(m.forward(seq, generated.subspan(static_cast<std::size_t>(s), 1), observe(s + 1)));
+    on_logits(s + 1, m.forward(seq, generated.subspan(static_cast<std::size_t>(s), 1), options(s + 1)));
   }
-  return r;
 }
 
-// Stacks the batch rows' [1, ...] tensors into one [B, ...] tensor (the expected file's layout).
-template <class T, class Get>
-host_tensor<T, 3> stack_rows(const std::vector<row_replay>& rows, Get get) {
-  const host_tensor<T, 3>& first = get(rows.front());
-  auto t = host_tensor<T, 3>::zeros({static_cast<index_t>(rows.size()), first.extent(1), first.extent(2)});
-  std::size_t at = 0;
-  for (const row_replay& r : rows) {
-    const host_tensor<T, 3>& x = get(r);
-    if (x.shape != first.shape) throw dsa::error("dsa_validate: batch rows traced different shapes");
-    std::copy(x.data.begin(), x.data.end(), t.data.begin() + static_cast<std::ptrdiff_t>(at));
-    at += x.data.size();
-  }
-  return t;
-}
+// `a` * `b` into `r`; false on overflow.
+inline bool mul_ok(std::uint64_t a, std::uint64_t b, std::uint64_t& r) { return !__builtin_mul_overflow(a, b, &r); }
 
-// The mean prefill top-k set agreement of one batch row (want: [len, k] at `w`, got: [len, k]);
-// counts the rows whose expected entries hold no valid causal position.
-inline double prefill_topk_agreement(const std::int64_t* want, const std::int64_t* got, index_t rows, index_t k,
-                                     index_t& incomparable) {
-  // A prefill row r always has r + 1 >= 1 causal candidates, so an expected row without one valid
-  // entry (all -1, or only positions after r) is nonsense and counts as disagreement, never as
-  // agreement: an expected file of -1 rows scores 0 and fails.
-  double sum = 0;
-  incomparable = 0;
-  for (index_t r = 0; r < rows; ++r) {
-    std::set<std::int64_t> w, g;
-    for (index_t j = 0; j < k; ++j) {
-      const std::int64_t e = want[r * k + j];
-      if (e >= 0 && e <= r) w.insert(e);
-      const std::int64_t o = got[r * k + j];
-      if (o >= 0) g.insert(o);
+// The checks of a replay, fed one batch row at a time: start_row, then the row's logits and
+// layer traces as the forward pass produces them (each compared with the expected file's row as
+// it arrives, and written into the kept outputs' row slice if the replay keeps them), then
+// finish_row. A row's state is a few vectors, released when it is done; what outlives it is its
+// comparisons and, with keep_outputs, its slice of the outputs. finish() gives the report.
+//
+// Every expected tensor the checks read is located and checked in the constructor, before any
+// row runs (a malformed file fails before the model does any work), and so is the size of the
+// kept outputs.
+class replay_checks {
+ public:
+  struct row_state {
+    index_t b = 0;
+    int argmax_mismatches = 0;
+    std::vector<double> topk_sum;             // per layer: sum of the prefill rows' set agreements
+    std::vector<index_t> topk_rows;           // per layer: prefill rows traced
+    std::vector<index_t> incomparable;        // per layer: expected rows without a valid position
+    std::vector<float> want_logits;           // scratch: one expected logit row
+    std::vector<std::int64_t> want_k, got_k;  // scratch: one top-k row
+    std::vector<dsa::bf16> want_d;            // scratch: one expected block-output row
+  };
+
+  replay_checks(const dsa::safetensors_file& exp, const dsa::model::config& cfg, index_t layers, index_t batch,
+                index_t len, index_t steps, bool keep_outputs, std::uint64_t max_kept_bytes)
+      : exp_(exp),
+        file_(dsa::quoted(exp.path().string())),
+        batch_(batch),
+        len_(len),
+        steps_(steps),
+        layers_(layers),
+        vocab_(cfg.vocab_size),
+        index_topk_(cfg.index_topk),
+        k0_(std::min<index_t>(cfg.index_topk, len)),
+        d_(cfg.hidden_size),
+        keep_(keep_outputs) {
+    for (index_t s = 0; s <= steps; ++s) {
+      const std::string name = "step" + std::to_string(s) + ".logits";
+      const dsa::tensor_info* t = exp.find(name);
+      if (t == nullptr || t->shape != std::vector<index_t>{batch, vocab_}) {
+        throw input_error("dsa_validate: " + file_ + ": " + name + " = " +
+                          (t == nullptr ? std::string("missing") : dsa::format_shape(t->shape)) + "; expected [" +
+                          std::to_string(batch) + ", " + std::to_string(vocab_) +
+                          "] (one per step: the prompt's and each of the " + std::to_string(steps) +
+                          " generated tokens')");
+      }
+      logits_.push_back(&find_tensor<float, 2>(exp, "model", name));
     }
-    if (w.empty()) {
-      ++incomparable;
-      continue;
+    // The prefill top-k of every layer is compared, so it must be there, shaped as the replay's:
+    // its row reads then stay inside it, and what the checks hold per row is bounded by the file.
+    // The block outputs are diagnostics: required as ever, compared only when they have the
+    // replay's shape.
+    const std::vector<index_t> topk_shape = {batch, len, k0_}, block_shape = {batch, len, d_};
+    for (index_t l = 0; l < layers; ++l) {
+      const std::string name = "step0.layer" + std::to_string(l);
+      const dsa::tensor_info& t = find_tensor<std::int64_t, 3>(exp, "model", name + ".topk");
+      if (t.shape != topk_shape) {
+        throw input_error("dsa_validate: " + file_ + ": " + name + ".topk shape = " + dsa::format_shape(t.shape) +
+                          "; expected " + dsa::format_shape(topk_shape) + " (batch, prompt, min(index_topk, prompt))");
+      }
+      prefill_topk_.push_back(&t);
+      const dsa::tensor_info& f = find_tensor<dsa::bf16, 3>(exp, "model", name + ".ffn_out");
+      const dsa::tensor_info& r = find_tensor<dsa::bf16, 3>(exp, "model", name + ".residual");
+      const bool comparable = f.shape == block_shape && r.shape == block_shape;
+      ffn_out_.push_back(comparable ? &f : nullptr);
+      residual_.push_back(comparable ? &r : nullptr);
     }
-    std::size_t common = 0;
-    for (std::int64_t e : w) common += g.count(e);
-    sum += double(common) / double(std::max(w.size(), g.size()));
+    // The decode steps' top-k are optional diagnostics; present ones must be I64 of rank 3.
+    for (index_t s = 1; s <= steps; ++s) {
+      for (index_t l = 0; l < layers; ++l) {
+        if (exp.contains(decode_name(s, l))) find_tensor<std::int64_t, 3>(exp, "model", decode_name(s, l));
+      }
+    }
+    decode_sum_.assign(static_cast<std::size_t>(steps * layers), 0.0);
+    topk_cmp_.resize(static_cast<std::size_t>(layers));
+    incomparable_.resize(static_cast<std::size_t>(layers));
+    topk_layer_sum_.assign(static_cast<std::size_t>(layers), 0.0);
+    ffn_err_.assign(static_cast<std::size_t>(layers), 0.0);
+    residual_err_.assign(static_cast<std::size_t>(layers), 0.0);
+    if (keep_) allocate_kept(max_kept_bytes);
+    out_.batch = batch;
+    out_.result.name = "model";
   }
-  return rows > 0 ? sum / double(rows) : 0.0;
-}
+
+  row_state start_row(index_t b) const {
+    row_state r;
+    r.b = b;
+    const auto L = static_cast<std::size_t>(layers_);
+    r.topk_sum.assign(L, 0.0);
+    r.topk_rows.assign(L, 0);
+    r.incomparable.assign(L, 0);
+    r.want_logits.resize(static_cast<std::size_t>(vocab_));
+    r.want_k.resize(static_cast<std::size_t>(k0_));
+    r.got_k.resize(static_cast<std::size_t>(k0_));
+    r.want_d.resize(static_cast<std::size_t>(d_));
+    return r;
+  }
+
+  /// Step s's logits of row r.b: the cosine and argmax checks, then (kept) its row of stepS.logits.
+  void logits(row_state& r, index_t s, std::span<const float> got) {
+    if (got.size() != static_cast<std::size_t>(vocab_)) {
+      throw dsa::error("dsa_validate: the forward pass returned " + std::to_string(got.size()) + " logits; expected " +
+                       std::to_string(vocab_) + " (vocab_size)");
+    }
+    const std::size_t off = static_cast<std::size_t>(r.b) * static_cast<std::size_t>(vocab_);
+    read_elements(exp_, *logits_[static_cast<std::size_t>(s)], off, std::span<float>(r.want_logits));
+    const std::span<const float> want(r.want_logits);
+    const std::string name = "step" + std::to_string(s) + ".logits" + row_tag(r.b);
+    const double c = cosine(got, want);
+    const std::size_t ag = argmax(got), aw = argmax(want);
+    const bool same = ag == aw;
+    out_.cosines.push_back(c);
+    out_.argmax_match.push_back(same ? 1 : 0);
+    out_.argmax_got.push_back(ag);
+    out_.argmax_want.push_back(aw);
+    r.argmax_mismatches += same ? 0 : 1;
+    out_.result.comparisons.push_back({name, "1 - cosine", 1.0 - c, 1.0 - model_min_cosine, c >= model_min_cosine});
+    out_.diagnostics.push_back(name + ": cosine " + fmt(c, 6) + ", argmax " + std::to_string(ag) +
+                               (same ? " (agrees)" : " (expected " + std::to_string(aw) + ")"));
+    if (keep_) copy_into(kept_[static_cast<std::size_t>(s)], off, std::as_bytes(got));
+  }
+
+  /// One layer trace of row r.b in call `step` (0: a prefill chunk, s >= 1: decode step s).
+  void trace(row_state& r, index_t step, const dsa::model::layer_trace& tr) {
+    const index_t rows = tr.topk.extent(0), kc = tr.topk.extent(1);
+    const auto l = static_cast<std::size_t>(tr.layer);
+    if (tr.layer < 0 || tr.layer >= layers_) throw dsa::error("dsa_validate: the forward pass traced an unknown layer");
+    if (step > 0) {
+      decode_trace(r, step, tr);
+      return;
+    }
+    if (tr.start < 0 || rows > len_ - tr.start || kc > k0_ || tr.ffn_out.extent(1) != d_ ||
+        tr.residual.extent(1) != d_) {
+      throw dsa::error("dsa_validate: the forward pass traced a prefill chunk of another shape than the prompt's");
+    }
+    const auto k0 = static_cast<std::size_t>(k0_), d = static_cast<std::size_t>(d_);
+    for (index_t i = 0; i < rows; ++i) {
+      const index_t row = tr.start + i;
+      const std::size_t at = static_cast<std::size_t>(r.b * len_ + row);  // row of the [B * len, ...] layout
+      // The chunk's rows are min(index_topk, chunk end) wide; the columns past that are -1.
+      for (std::size_t j = 0; j < k0; ++j) {
+        r.got_k[j] =
+            static_cast<index_t>(j) < kc ? std::int64_t{tr.topk(i, static_cast<index_t>(j))} : std::int64_t{-1};
+      }
+      read_elements(exp_, *prefill_topk_[l], at * k0, std::span<std::int64_t>(r.want_k));
+      const double a = prefill_row_agreement(r.want_k, r.got_k, row);
+      if (a < 0) {
+        ++r.incomparable[l];
+      } else {
+        r.topk_sum[l] += a;
+      }
+      ++r.topk_rows[l];
+      if (ffn_out_[l] != nullptr) {
+        read_elements(exp_, *ffn_out_[l], at * d, std::span<dsa::bf16>(r.want_d));
+        ffn_err_[l] = std::max(ffn_err_[l], row_rel_err(tr.ffn_out.row(i), r.want_d));
+        read_elements(exp_, *residual_[l], at * d, std::span<dsa::bf16>(r.want_d));
+        residual_err_[l] = std::max(residual_err_[l], row_rel_err(tr.residual.row(i), r.want_d));
+      }
+      if (keep_) {
+        const std::size_t t = first_layer_output() + 3 * l;
+        copy_into(kept_[t], at * k0, std::as_bytes(std::span<const std::int64_t>(r.got_k)));
+        copy_into(kept_[t + 1], at * d, std::as_bytes(std::span<const dsa::bf16>(tr.ffn_out.row(i), d)));
+        copy_into(kept_[t + 2], at * d, std::as_bytes(std::span<const dsa::bf16>(tr.residual.row(i), d)));
+      }
+    }
+  }
+
+  /// Row r.b is done: its argmax criterion and its per-layer prefill top-k agreements.
+  void finish_row(row_state& r) {
+    for (index_t l = 0; l < layers_; ++l) {
+      const auto li = static_cast<std::size_t>(l);
+      if (r.topk_rows[li] != len_) {
+        throw dsa::error("dsa_validate: the prefill traced " + std::to_string(r.topk_rows[li]) + " rows of layer " +
+                         std::to_string(l) + "; expected " + std::to_string(len_));
+      }
+      const double agree = len_ > 0 ? r.topk_sum[li] / double(len_) : 0.0;
+      topk_layer_sum_[li] += agree;
+      incomparable_[li].push_back(r.incomparable[li]);
+      topk_cmp_[li].push_back({"step0.layer" + std::to_string(l) + ".topk" + row_tag(r.b), "1 - mean set agreement",
+                               1.0 - agree, 1.0 - model_min_topk_agreement, agree >= model_min_topk_agreement});
+    }
+    out_.result.comparisons.push_back({"step*.logits" + row_tag(r.b), "argmax mismatches", double(r.argmax_mismatches),
+                                       model_max_argmax_mismatches,
+                                       r.argmax_mismatches <= model_max_argmax_mismatches});
+  }
+
+  /// The report, once every row is done: the prefill top-k checks (per layer, then per row), the
+  /// per-layer and per-step diagnostics and the kept outputs.
+  model_case_result finish() {
+    for (index_t l = 0; l < layers_; ++l) {
+      const auto li = static_cast<std::size_t>(l);
+      const std::string name = "step0.layer" + std::to_string(l);
+      for (index_t b = 0; b < batch_; ++b) {
+        const index_t n = incomparable_[li][static_cast<std::size_t>(b)];
+        if (n > 0) {
+          out_.diagnostics.push_back(name + ".topk" + row_tag(b) + ": " + std::to_string(n) + " of " +
+                                     std::to_string(len_) +
+                                     " expected rows hold no valid causal position (counted as disagreement)");
+        }
+      }
+      for (comparison& c : topk_cmp_[li]) out_.result.comparisons.push_back(std::move(c));
+      out_.topk_agreement.push_back(topk_layer_sum_[li] / double(batch_));
+      if (ffn_out_[li] != nullptr) {
+        out_.diagnostics.push_back(name + ": top-k agreement " + fmt(out_.topk_agreement.back(), 4) +
+                                   ", max row rel err ffn_out " + fmt(ffn_err_[li], 4) + ", residual " +
+                                   fmt(residual_err_[li], 4));
+      }
+    }
+    for (index_t s = 1; s <= steps_; ++s) {
+      double sum = 0;
+      for (index_t l = 0; l < layers_; ++l) sum += decode_sum_[static_cast<std::size_t>((s - 1) * layers_ + l)];
+      out_.diagnostics.push_back("step" + std::to_string(s) + ": decode top-k agreement (mean over layers" +
+                                 std::string(batch_ > 1 ? " and batch rows" : "") + ") " +
+                                 fmt(sum / double(std::max<index_t>(1, layers_ * batch_)), 4));
+    }
+    out_.result.outputs = std::move(kept_);
+    return std::move(out_);
+  }
+
+ private:
+  static std::string decode_name(index_t s, index_t l) {
+    return "step" + std::to_string(s) + ".layer" + std::to_string(l) + ".topk";
+  }
+  // With B > 1 the comparisons carry the row, step0.logits[b]; with B = 1 they keep their plain
+  // names.
+  std::string row_tag(index_t b) const {
+    std::string tag;  // appended, not "[" + ...: GCC 12 reports a false -Wrestrict on such chains at -O3
+    if (batch_ > 1) tag.append("[").append(std::to_string(b)).append("]");
+    return tag;
+  }
+  index_t decode_width(index_t s) const { return dsa::model::forward_detail::selection_width(index_topk_, len_ + s); }
+  std::size_t first_layer_output() const { return static_cast<std::size_t>(steps_ + 1); }
+  std::size_t decode_output(index_t s, index_t l) const {
+    return first_layer_output() + static_cast<std::size_t>(3 * layers_ + (s - 1) * layers_ + l);
+  }
+
+  // Element `first` on of a kept tensor (in elements of `bytes`' own type: bytes.size() is a
+  // multiple of it).
+  static void copy_into(output_tensor& o, std::size_t first_element, std::span<const std::byte> bytes) {
+    const std::size_t element = dsa::dtype_size(o.type);
+    if (!bytes.empty()) std::memcpy(o.bytes.data() + first_element * element, bytes.data(), bytes.size());
+  }
+
+  // Decode step s of row r.b at one layer: the set agreement with the expected row (a
+  // diagnostic, where the file has that step's top-k in the replay's shape), and (kept) its row.
+  void decode_trace(row_state& r, index_t s, const dsa::model::layer_trace& tr) {
+    const index_t kc = tr.topk.extent(1);
+    if (tr.topk.extent(0) != 1 || kc != decode_width(s)) {
+      throw dsa::error("dsa_validate: decode step " + std::to_string(s) + " traced a top-k of " +
+                       std::to_string(tr.topk.extent(0)) + " x " + std::to_string(kc) + "; expected 1 x " +
+                       std::to_string(decode_width(s)));
+    }
+    const auto k = static_cast<std::size_t>(kc);
+    std::vector<std::int64_t> got(k);
+    for (std::size_t j = 0; j < k; ++j) got[j] = tr.topk(0, static_cast<index_t>(j));
+    const dsa::tensor_info* t = exp_.find(decode_name(s, tr.layer));
+    if (t != nullptr && t->shape == std::vector<index_t>{batch_, 1, kc}) {
+      std::vector<std::int64_t> want(k);
+      read_elements(exp_, *t, static_cast<std::size_t>(r.b) * k, std::span<std::int64_t>(want));
+      const std::set<std::int64_t> w(want.begin(), want.end()), g(got.begin(), got.end());
+      std::size_t common = 0;
+      for (std::int64_t e : w) common += g.count(e);
+      decode_sum_[static_cast<std::size_t>((s - 1) * layers_ + tr.layer)] +=
+          double(common) / double(std::max<std::size_t>(1, w.size()));
+    }
+    if (keep_) {
+      copy_into(kept_[decode_output(s, tr.layer)], static_cast<std::size_t>(r.b) * k,
+                std::as_bytes(std::span<const std::int64_t>(got)));
+    }
+  }
+
+  // The kept outputs, in the order the report lists them (each step's logits; per layer the
+  // prefill top-k, ffn_out, residual; per decode step and layer its top-k), sized up front
+  // against max_kept_bytes with overflow-checked arithmetic.
+  void allocate_kept(std::uint64_t max_kept_bytes) {
+    struct planned {
+      std::string name;
+      dsa::dtype type;
+      std::vector<index_t> shape;
+    };
+    std::vector<planned> plan;
+    for (index_t s = 0; s <= steps_; ++s)
+      plan.push_back({"step" + std::to_string(s) + ".logits", dsa::dtype::f32, {batch_, vocab_}});
+    for (index_t l = 0; l < layers_; ++l) {
+      const std::string name = "step0.layer" + std::to_string(l);
+      plan.push_back({name + ".topk", dsa::dtype::i64, {batch_, len_, k0_}});
+      plan.push_back({name + ".ffn_out", dsa::dtype::bf16, {batch_, len_, d_}});
+      plan.push_back({name + ".residual", dsa::dtype::bf16, {batch_, len_, d_}});
+    }
+    for (index_t s = 1; s <= steps_; ++s) {
+      for (index_t l = 0; l < layers_; ++l)
+        plan.push_back({decode_name(s, l), dsa::dtype::i64, {batch_, 1, decode_width(s)}});
+    }
+    std::uint64_t total = 0;
+    bool ok = true;
+    std::vector<std::uint64_t> sizes;
+    for (const planned& p : plan) {
+      std::uint64_t n = dsa::dtype_size(p.type);
+      for (index_t e : p.shape) ok = ok && e >= 0 && mul_ok(n, static_cast<std::uint64_t>(e), n);
+      ok = ok && !__builtin_add_overflow(total, n, &total) &&
+           !__builtin_add_overflow(total, model_replay_bytes_per_kept_tensor, &total);
+      sizes.push_back(n);
+    }
+    if (!ok || total > max_kept_bytes) {
+      throw input_error("dsa_validate: " + file_ + ": computed tensors kept for the dump = " +
+                        (ok ? std::to_string(total) + " bytes" : std::string("more than 2^64 bytes")) + " (" +
+                        std::to_string(plan.size()) + " tensors: batch " + std::to_string(batch_) + ", prompt " +
+                        std::to_string(len_) + ", " + std::to_string(steps_) + " generated, " +
+                        std::to_string(layers_) + " layers); expected at most " + std::to_string(max_kept_bytes) +
+                        " bytes (the replay's limit; its checks alone keep no outputs: run without --dump)");
+    }
+    kept_.reserve(plan.size());
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      output_tensor o;
+      o.name = std::move(plan[i].name);
+      o.type = plan[i].type;
+      o.shape = std::move(plan[i].shape);
+      o.bytes.resize(static_cast<std::size_t>(sizes[i]));
+      kept_.push_back(std::move(o));
+    }
+  }
+
+  const dsa::safetensors_file& exp_;
+  std::string file_;  // quoted
+  index_t batch_, len_, steps_, layers_, vocab_, index_topk_, k0_, d_;
+  bool keep_;
+  std::vector<const dsa::tensor_info*> logits_;                  // per step: [B, vocab] F32
+  std::vector<const dsa::tensor_info*> prefill_topk_;            // per layer: [B, len, k0] I64
+  std::vector<const dsa::tensor_info*> ffn_out_, residual_;      // per layer; null: not comparable
+  std::vector<std::vector<comparison>> topk_cmp_;                // per layer, per row
+  std::vector<std::vector<index_t>> incomparable_;               // per layer, per row
+  std::vector<double> topk_layer_sum_, ffn_err_, residual_err_;  // per layer
+  std::vector<double> decode_sum_;                               // per (step - 1, layer): sum over rows
+  std::vector<output_tensor> kept_;
+  model_case_result out_;
+};
 
 }  // namespace model_detail
 
@@ -211,27 +501,31 @@ inline double prefill_topk_agreement(const std::int64_t* want, const std::int64_
 ///
 /// Batches: prompt [B, T] and generated [B, S] (B >= 1, as DeepSeek's reference runs them); each
 /// batch row is replayed as its own sequence and checked on its own (per row: every step's
-/// cosine, the argmax criterion, each layer's prefill top-k agreement); the computed tensors are
-/// stacked back into the expected file's [B, ...] layout for --dump. With B = 1 the comparisons
-/// keep their plain names (step0.logits); with B > 1 they carry the row, step0.logits[b].
+/// cosine, the argmax criterion, each layer's prefill top-k agreement). With B = 1 the
+/// comparisons keep their plain names (step0.logits); with B > 1 they carry the row,
+/// step0.logits[b].
+///
+/// Rows are streamed: each row's logits and traces are compared with the file's row as they
+/// arrive and the row's state is released before the next row runs, so without keep_outputs the
+/// replay's memory does not grow with B. With keep_outputs the computed tensors are written, row
+/// by row, into the expected file's [B, ...] layout (result.outputs, for --dump), whose total
+/// size is checked against max_kept_bytes (model_replay_max_kept_bytes) before the first row.
 ///
 /// Sizes come from the expected file, so they are checked before anything is sized by them: the
-/// prompt plus the generated tokens must fit in max_position_embeddings, and every step's logits
-/// must be present (a long `generated` costs as many bytes of expected logits as it costs steps).
-/// The prompt is prefilled in balanced chunks of at most `max_chunk` tokens (the index scores of
-/// a chunk cost chunk x length floats: one piece of a 60K-token prompt is 14 GB); a chunked
-/// prefill computes the same bits as one piece on the CPU, and its traces are reassembled here.
+/// prompt plus the generated tokens must fit in max_position_embeddings, every step's logits and
+/// every layer's prefill top-k must be present in the replay's shapes. The prompt is prefilled
+/// in balanced chunks of at most `max_chunk` tokens (the index scores of a chunk cost chunk x
+/// length floats: one piece of a 60K-token prompt is 14 GB); a chunked prefill computes the same
+/// bits as one piece on the CPU.
 template <class B>
 model_case_result run_model_case(const B& be, const std::filesystem::path& dir,
-                                 index_t max_chunk = dsa::model::forward_options{}.max_chunk) {
+                                 index_t max_chunk = dsa::model::forward_options{}.max_chunk, bool keep_outputs = true,
+                                 std::uint64_t max_kept_bytes = model_replay_max_kept_bytes) {
   using namespace model_detail;
-  model_case_result out;
-  out.result.name = "model";
   const dsa::safetensors_file exp = dsa::safetensors_file::open(dir / "expected.safetensors");
   auto m = dsa::model::transformer<B>::load(dir, be);
   const auto& cfg = m.config();
-  const index_t n_layers = m.num_layers();
-  const std::string file = exp.path().string();
+  const std::string file = dsa::quoted(exp.path().string());
 
   const auto prompt = expected<std::int64_t, 2>(exp, "prompt");
   const auto generated = expected<std::int64_t, 2>(exp, "generated");
@@ -248,141 +542,23 @@ model_case_result run_model_case(const B& be, const std::filesystem::path& dir,
                       "max_position_embeddings = " + std::to_string(cfg.max_position_embeddings) +
                       " tokens in all (config.json)");
   }
-  for (index_t s = 0; s <= steps; ++s) {
-    const std::string name = "step" + std::to_string(s) + ".logits";
-    const dsa::tensor_info* t = exp.find(name);
-    if (t == nullptr || t->shape != std::vector<index_t>{batch, cfg.vocab_size}) {
-      throw input_error("dsa_validate: " + file + ": " + name + " = " +
-                        (t == nullptr ? std::string("missing") : dsa::format_shape(t->shape)) + "; expected [" +
-                        std::to_string(batch) + ", " + std::to_string(cfg.vocab_size) +
-                        "] (one per step: the prompt's and each of the " + std::to_string(steps) +
-                        " generated tokens')");
-    }
-  }
   if (max_chunk < 1) throw input_error("dsa_validate: max_chunk = " + std::to_string(max_chunk) + "; expected >= 1");
+  replay_checks checks(exp, cfg, m.num_layers(), batch, len, steps, keep_outputs, max_kept_bytes);
   // Balanced chunks, so that no chunk is a single token (which would take the decode path, not
   // the prefill the reference runs) unless the prompt is.
   const index_t pieces = dsa::ceil_div(len, max_chunk);
   const index_t chunk = dsa::ceil_div(len, pieces);
 
-  std::vector<row_replay> rows;
-  rows.reserve(static_cast<std::size_t>(batch));
   for (index_t b = 0; b < batch; ++b) {
-    rows.push_back(replay_row(m, prompt.span().subspan(static_cast<std::size_t>(b * len), static_cast<std::size_t>(len)),
-                              generated.span().subspan(static_cast<std::size_t>(b * steps), static_cast<std::size_t>(steps)),
-                              chunk));
+    auto row = checks.start_row(b);
+    replay_row(
+        m, prompt.span().subspan(static_cast<std::size_t>(b * len), static_cast<std::size_t>(len)),
+        generated.span().subspan(static_cast<std::size_t>(b * steps), static_cast<std::size_t>(steps)), chunk,
+        [&](index_t s, const std::vector<float>& logits) { checks.logits(row, s, logits); },
+        [&](index_t s, const dsa::model::layer_trace& tr) { checks.trace(row, s, tr); });
+    checks.finish_row(row);
   }
-  out.batch = batch;
-  const auto row_tag = [&](index_t b) {
-    std::string tag;  // appended, not "[" + ...: GCC 12 reports a false -Wrestrict on such chains at -O3
-    if (batch > 1) tag.append("[").append(std::to_string(b)).append("]");
-    return tag;
-  };
-
-  // Logits: per batch row, a cosine per step and the argmax criterion over its steps.
-  std::vector<host_tensor<float, 2>> want_logits;
-  for (index_t s = 0; s <= steps; ++s) want_logits.push_back(expected<float, 2>(exp, "step" + std::to_string(s) + ".logits"));
-  const auto vocab = static_cast<std::size_t>(cfg.vocab_size);
-  for (index_t b = 0; b < batch; ++b) {
-    int mismatches = 0;
-    for (index_t s = 0; s <= steps; ++s) {
-      const std::string name = "step" + std::to_string(s) + ".logits" + row_tag(b);
-      const std::span<const float> want = want_logits[static_cast<std::size_t>(s)].span().subspan(static_cast<std::size_t>(b) * vocab, vocab);
-      const auto& got = rows[static_cast<std::size_t>(b)].logits[static_cast<std::size_t>(s)];
-      const double c = cosine(got, want);
-      const bool same = argmax(got) == argmax(want);
-      out.cosines.push_back(c);
-      out.argmax_match.push_back(same ? 1 : 0);
-      out.argmax_got.push_back(argmax(got));
-      out.argmax_want.push_back(argmax(want));
-      mismatches += same ? 0 : 1;
-      out.result.comparisons.push_back({name, "1 - cosine", 1.0 - c, 1.0 - model_min_cosine, c >= model_min_cosine});
-      out.diagnostics.push_back(name + ": cosine " + fmt(c, 6) + ", argmax " + std::to_string(argmax(got)) +
-                                (same ? " (agrees)" : " (expected " + std::to_string(argmax(want)) + ")"));
-    }
-    out.result.comparisons.push_back({"step*.logits" + row_tag(b), "argmax mismatches", double(mismatches),
-                                      model_max_argmax_mismatches, mismatches <= model_max_argmax_mismatches});
-  }
-  for (index_t s = 0; s <= steps; ++s) {
-    const std::array<index_t, 2> shape = {batch, cfg.vocab_size};
-    host_tensor<float, 2> g = host_tensor<float, 2>::zeros(shape);
-    for (index_t b = 0; b < batch; ++b) {
-      const auto& got = rows[static_cast<std::size_t>(b)].logits[static_cast<std::size_t>(s)];
-      std::copy(got.begin(), got.end(), g.data.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(b) * vocab));
-    }
-    out.result.outputs.push_back(make_output("step" + std::to_string(s) + ".logits", g));
-  }
-
-  // Prefill top-k agreement per layer and batch row; decode top-k reported as diagnostics.
-  for (index_t l = 0; l < n_layers; ++l) {
-    const auto li = static_cast<std::size_t>(l);
-    const std::string name = "step0.layer" + std::to_string(l) + ".topk";
-    const auto want = expected<std::int64_t, 3>(exp, name);
-    const auto got = stack_rows<std::int64_t>(rows, [&](const row_replay& r) -> const auto& { return r.topk[0][li]; });
-    if (want.shape != got.shape) {
-      throw input_error("dsa_validate: " + file + ": " + name + " shape = " + dsa::format_shape(want.shape) +
-                        "; expected " + dsa::format_shape(got.shape));
-    }
-    const index_t k = want.extent(2);
-    double layer_sum = 0;
-    for (index_t b = 0; b < batch; ++b) {
-      index_t incomparable = 0;
-      const std::size_t off = static_cast<std::size_t>(b * len * k);
-      const double agree = prefill_topk_agreement(want.data.data() + off, got.data.data() + off, len, k, incomparable);
-      if (incomparable > 0) {
-        out.diagnostics.push_back(name + row_tag(b) + ": " + std::to_string(incomparable) + " of " + std::to_string(len) +
-                                  " expected rows hold no valid causal position (counted as disagreement)");
-      }
-      layer_sum += agree;
-      out.result.comparisons.push_back({name + row_tag(b), "1 - mean set agreement", 1.0 - agree,
-                                        1.0 - model_min_topk_agreement, agree >= model_min_topk_agreement});
-    }
-    out.topk_agreement.push_back(layer_sum / double(batch));
-    out.result.outputs.push_back(make_output(name, got));
-    // Diagnostics: the block outputs of the prefill.
-    const std::string lname = "step0.layer" + std::to_string(l);
-    const auto go = stack_rows<dsa::bf16>(rows, [&](const row_replay& r) -> const auto& { return r.ffn_out[li]; });
-    const auto gr = stack_rows<dsa::bf16>(rows, [&](const row_replay& r) -> const auto& { return r.residual[li]; });
-    const auto eo = expected<dsa::bf16, 3>(exp, lname + ".ffn_out");
-    const auto er = expected<dsa::bf16, 3>(exp, lname + ".residual");
-    if (eo.shape == go.shape && er.shape == gr.shape) {
-      const dsa::host_view<const dsa::bf16, 2> gov(go.data.data(), {go.extent(0) * go.extent(1), go.extent(2)});
-      const dsa::host_view<const dsa::bf16, 2> grv(gr.data.data(), {gr.extent(0) * gr.extent(1), gr.extent(2)});
-      out.diagnostics.push_back(lname + ": top-k agreement " + fmt(out.topk_agreement.back(), 4) +
-                                ", max row rel err ffn_out " + fmt(max_row_rel_err(gov, eo), 4) + ", residual " +
-                                fmt(max_row_rel_err(grv, er), 4));
-    }
-    out.result.outputs.push_back(make_output(lname + ".ffn_out", go));
-    out.result.outputs.push_back(make_output(lname + ".residual", gr));
-  }
-  for (index_t s = 1; s <= steps; ++s) {
-    double sum = 0;
-    for (index_t l = 0; l < n_layers; ++l) {
-      const std::string name = "step" + std::to_string(s) + ".layer" + std::to_string(l) + ".topk";
-      const auto got = stack_rows<std::int64_t>(rows, [&](const row_replay& r) -> const auto& {
-        return r.topk[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)];
-      });
-      out.result.outputs.push_back(make_output(name, got));
-      const dsa::tensor_info* t = exp.find(name);
-      if (!t) continue;
-      const auto want = expected<std::int64_t, 3>(exp, name);
-      if (want.shape != got.shape) continue;
-      const std::size_t per_row = got.data.size() / static_cast<std::size_t>(batch);
-      for (std::size_t b = 0; b < static_cast<std::size_t>(batch); ++b) {
-        std::set<std::int64_t> w(want.data.begin() + static_cast<std::ptrdiff_t>(b * per_row),
-                                 want.data.begin() + static_cast<std::ptrdiff_t>((b + 1) * per_row));
-        std::set<std::int64_t> g(got.data.begin() + static_cast<std::ptrdiff_t>(b * per_row),
-                                 got.data.begin() + static_cast<std::ptrdiff_t>((b + 1) * per_row));
-        std::size_t common = 0;
-        for (std::int64_t e : w) common += g.count(e);
-        sum += double(common) / double(std::max<std::size_t>(1, w.size()));
-      }
-    }
-    out.diagnostics.push_back("step" + std::to_string(s) + ": decode top-k agreement (mean over layers" +
-                              std::string(batch > 1 ? " and batch rows" : "") + ") " +
-                              fmt(sum / double(std::max<index_t>(1, n_layers * batch)), 4));
-  }
-  return out;
+  return checks.finish();
 }
 
 }  // namespace dsa_validate

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -176,8 +177,8 @@ case_result run_act_quant(const E& ex, const dsa::safetensors_file& f) {
     if (!f.contains(qn) && !f.contains(sn)) continue;
     constexpr index_t group = 128;
     if (x.extent(1) % group != 0) {
-      throw input_error("dsa_validate: " + f.path().string() + ": group 'act_quant': tensor 'act_quant.x' shape = " +
-                        dsa::format_shape(x.shape) + "; expected a multiple of 128 columns (1 x 128 groups)");
+      throw input_error(group_where(f, g) + "tensor 'act_quant.x' shape = " + dsa::format_shape(x.shape) +
+                        "; expected a multiple of 128 columns (1 x 128 groups)");
     }
     const auto eq = load_expected<dsa::fp8_e4m3, 2>(f, g, qn, x.shape);
     const auto es = load_expected<float, 2>(f, g, sn, {x.extent(0), x.extent(1) / group});
@@ -193,9 +194,8 @@ case_result run_act_quant(const E& ex, const dsa::safetensors_file& f) {
     r.outputs.push_back(make_output(sn, s));
   }
   if (r.comparisons.empty()) {
-    throw input_error("dsa_validate: " + f.path().string() +
-                      ": group 'act_quant': no expected outputs; expected act_quant.ue8m0.{q,s} and/or "
-                      "act_quant.fp32.{q,s}");
+    throw input_error(group_where(f, g) +
+                      "no expected outputs; expected act_quant.ue8m0.{q,s} and/or act_quant.fp32.{q,s}");
   }
   return r;
 }
@@ -270,11 +270,10 @@ case_result run_topk(const E& ex, const dsa::safetensors_file& f) {
   const auto kt = load<std::int32_t, 1>(f, g, "topk.k");
   const index_t m = score.extent(0);
   if (kt.extent(0) != 1) {
-    throw input_error("dsa_validate: " + f.path().string() +
-                      ": group 'topk': tensor 'topk.k' shape = " + dsa::format_shape(kt.shape) + "; expected [1]");
+    throw input_error(group_where(f, g) + "tensor 'topk.k' shape = " + dsa::format_shape(kt.shape) + "; expected [1]");
   }
   if (ends.extent(0) != m) {
-    throw input_error("dsa_validate: " + f.path().string() + ": group 'topk': tensor 'topk.ends' shape = " +
+    throw input_error(group_where(f, g) + "tensor 'topk.ends' shape = " +
                       dsa::format_shape(ends.shape) + "; expected [" + std::to_string(m) + "] (one end per score row)");
   }
   const index_t k = kt.data[0];
@@ -302,8 +301,7 @@ case_result run_sparse_mla(const E& ex, const dsa::safetensors_file& f) {
   const auto indices = load<std::int32_t, 2>(f, g, "sparse_mla.indices");
   const auto scale = load<float, 1>(f, g, "sparse_mla.scale");
   if (scale.extent(0) != 1) {
-    throw input_error("dsa_validate: " + f.path().string() +
-                      ": group 'sparse_mla': tensor 'sparse_mla.scale' shape = " + dsa::format_shape(scale.shape) +
+    throw input_error(group_where(f, g) + "tensor 'sparse_mla.scale' shape = " + dsa::format_shape(scale.shape) +
                       "; expected [1]");
   }
   const index_t s = q.extent(0), h = q.extent(1);
@@ -347,9 +345,9 @@ namespace detail {
 inline void check_kl_shapes(const dsa::safetensors_file& f, std::string_view g, const host_tensor<float, 3>& attn,
                             const host_tensor<float, 2>& index) {
   if (index.extent(0) != attn.extent(0) || index.extent(1) != attn.extent(2)) {
-    throw input_error("dsa_validate: " + f.path().string() + ": group '" + std::string(g) + "': tensor '" +
-                      std::string(g) + ".index' shape = " + dsa::format_shape(index.shape) + "; expected [" +
-                      std::to_string(attn.extent(0)) + ", " + std::to_string(attn.extent(2)) + "] (attn is [m, h, n])");
+    throw input_error(group_where(f, g) + "tensor " + dsa::quoted(std::string(g) + ".index") +
+                      " shape = " + dsa::format_shape(index.shape) + "; expected [" + std::to_string(attn.extent(0)) +
+                      ", " + std::to_string(attn.extent(2)) + "] (attn is [m, h, n])");
   }
 }
 
@@ -383,7 +381,7 @@ case_result run_kl_dense(const E& ex, const dsa::safetensors_file& f) {
   detail::check_kl_shapes(f, g, attn, index);
   const index_t m = attn.extent(0), n = attn.extent(2);
   if (m > n) {
-    throw input_error("dsa_validate: " + f.path().string() + ": group 'kl_dense': tensor 'kl_dense.attn' shape = " +
+    throw input_error(group_where(f, g) + "tensor 'kl_dense.attn' shape = " +
                       dsa::format_shape(attn.shape) + "; expected m <= n (causal queries are the last m keys)");
   }
   auto ranges = host_tensor<std::int32_t, 2>::zeros({m, 2});
@@ -410,24 +408,59 @@ case_result run_kl_sparse(const E& ex, const dsa::safetensors_file& f) {
 
 /// Runs group `g` (one of known_groups) on executor `ex`. dsa::error from an op front-end (a shape
 /// the op rejects) comes back as input_error naming the group; backend_error passes through.
+///
+/// Every expected tensor must hold at least one element: one with none compares nothing (each
+/// metric over it is vacuously 0), so it gets a failed comparison of its own (compare_nothing)
+/// and the group FAILs, never passes with nothing compared.
 template <executor E>
 case_result run_group(const E& ex, const dsa::safetensors_file& f, std::string_view g) {
+  case_result r;
   try {
-    if (g == "hadamard") return run_hadamard(ex, f);
-    if (g == "hadamard_f32") return run_hadamard_f32(ex, f);
-    if (g == "act_quant") return run_act_quant(ex, f);
-    if (g == "weight_quant") return run_weight_quant(ex, f);
-    if (g == "indexer") return run_indexer(ex, f);
-    if (g == "topk") return run_topk(ex, f);
-    if (g == "sparse_mla") return run_sparse_mla(ex, f);
-    if (g == "kl_dense") return run_kl_dense(ex, f);
-    if (g == "kl_sparse") return run_kl_sparse(ex, f);
+    if (g == "hadamard") {
+      r = run_hadamard(ex, f);
+    } else if (g == "hadamard_f32") {
+      r = run_hadamard_f32(ex, f);
+    } else if (g == "act_quant") {
+      r = run_act_quant(ex, f);
+    } else if (g == "weight_quant") {
+      r = run_weight_quant(ex, f);
+    } else if (g == "indexer") {
+      r = run_indexer(ex, f);
+    } else if (g == "topk") {
+      r = run_topk(ex, f);
+    } else if (g == "sparse_mla") {
+      r = run_sparse_mla(ex, f);
+    } else if (g == "kl_dense") {
+      r = run_kl_dense(ex, f);
+    } else if (g == "kl_sparse") {
+      r = run_kl_sparse(ex, f);
+    } else {
+      throw input_error("dsa_validate: unknown group " + dsa::quoted(g));
+    }
   } catch (const input_error&) {
     throw;
   } catch (const dsa::error& e) {
-    throw input_error("dsa_validate: " + f.path().string() + ": group '" + std::string(g) + "': " + e.what());
+    throw input_error(group_where(f, g) + e.what());
   }
-  throw input_error("dsa_validate: unknown group '" + std::string(g) + "'");
+  // Each computed output has the shape of the expected tensor it is compared with (every group
+  // checks that), so an empty output is an empty expected tensor. Its compare_nothing goes right
+  // after the tensor's other comparisons, so that the report names the tensor once.
+  std::set<std::string> empty;
+  for (const output_tensor& o : r.outputs) {
+    if (o.bytes.empty()) empty.insert(o.name);
+  }
+  if (!empty.empty()) {
+    std::vector<comparison> cs;
+    for (std::size_t i = 0; i < r.comparisons.size(); ++i) {
+      const std::string& t = r.comparisons[i].tensor;
+      cs.push_back(r.comparisons[i]);
+      const bool last_of_tensor = i + 1 == r.comparisons.size() || r.comparisons[i + 1].tensor != t;
+      if (last_of_tensor && empty.erase(t) > 0) cs.push_back(compare_nothing(t));
+    }
+    for (const std::string& t : empty) cs.push_back(compare_nothing(t));  // (every output is compared)
+    r.comparisons = std::move(cs);
+  }
+  return r;
 }
 
 /// Runs group `g` on host backend `be` (host_executor: the ops called directly).

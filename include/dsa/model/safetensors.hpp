@@ -490,13 +490,47 @@ namespace safetensors_detail {
 
 inline std::string errno_message(int e) { return std::generic_category().message(e); }
 
-/// Refuses a `path` that cannot name the file to write: no file name, or an existing directory
-/// (a symlink to one included), before anything is created.
+/// What a file of mode `mode` is, for messages: "a character device", "a FIFO", ...
+inline const char* file_kind(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symlink";
+  return "a special file";
+}
+
+/// What is at `path` if the writer may not replace it, else nullptr (nothing there, a regular
+/// file, or a symlink that dangles or leads to a regular file: the rename replaces the link, its
+/// target untouched). A directory is "a directory", anything else that is not a regular file
+/// (device, FIFO, socket, or a symlink to one) is named: renaming onto it would put a regular
+/// file in place of, say, /dev/null. A symlink to such a file is refused too, though the rename
+/// would replace only the link: whoever named it meant the file behind it, which is no place for
+/// a dump.
+inline std::optional<std::string> unreplaceable(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return std::nullopt;
+  if (!S_ISLNK(st.st_mode)) return std::string(file_kind(st.st_mode));
+  struct stat to {};
+  if (::stat(path.c_str(), &to) != 0 || S_ISREG(to.st_mode)) return std::nullopt;  // dangling, or to a file
+  return std::string("a symlink to ") + file_kind(to.st_mode);
+}
+
+/// Refuses a `path` the writer may not replace: no file name, an existing directory (a symlink
+/// to one included), or anything else that is not a regular file (unreplaceable). Checked before
+/// anything is created, and by temp_file::commit again right before the rename.
 inline void check_write_target(const std::filesystem::path& path) {
   if (path.empty() || !path.has_filename()) st_fail(path, "expected the name of a file to write, not a directory path");
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     st_fail(path, "is a directory; expected the name of a file to write");
+  if (const auto what = unreplaceable(path)) {
+    st_fail(path, "is " + *what +
+                      "; expected a regular file or a new name (the writer renames a new file onto the name, which "
+                      "would replace it)");
+  }
 }
 
 /// A 16-hex-digit name part that no other writer (thread or process) is likely to pick: the
@@ -582,6 +616,11 @@ class temp_file {
       const int e = errno;
       st_fail(target_, "cannot write " + detail::quoted_path(path_) + ": " + errno_message(e));
     }
+    // Again right before the rename: the target may have been replaced by a device or FIFO since
+    // write_safetensors first looked (a failure here removes the temporary file, nothing else).
+    // What is left is the window between this lstat and rename(2), which POSIX cannot close: no
+    // rename replaces only a regular file.
+    check_write_target(target_);
     if (::rename(path_.c_str(), target_.c_str()) != 0) {
       const int e = errno;  // before anything else can overwrite it
       st_fail(target_, "cannot rename " + detail::quoted_path(path_) + " into place: " + errno_message(e));
@@ -633,8 +672,10 @@ safetensors_entry make_safetensors_entry(std::string name, host_view<T, Rank> v)
 /// it never follows a planted symlink nor truncates an existing file, in particular one still
 /// memory-mapped as an input) and renames it onto `path` only once everything is written: a
 /// failed write never leaves a half-written `path` and removes nothing but that temporary file.
-/// An existing `path` is replaced, never written through (a symlink `path` is replaced by the new
-/// file, its target untouched); a directory `path` is refused.
+/// An existing regular file `path` is replaced, never written through (a symlink `path` to a
+/// regular file, or a dangling one, is replaced by the new file, its target untouched); a
+/// directory, device, FIFO or socket `path`, or a symlink to one, is refused with a dsa::error
+/// naming what it is, both before anything is written and right before the rename.
 DSA_MODEL_IO void write_safetensors(const std::filesystem::path& path, std::span<const safetensors_entry> entries,
                                     const std::map<std::string, std::string>& metadata = {});
 
