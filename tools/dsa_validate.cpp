@@ -8,7 +8,7 @@
 //                                 [--cuda-linear cublas|simt]
 //
 // Exit codes: 0 every group (every check) ran and passed; 1 a comparison failed (or the backend
-// failed while running a group); 2 usage, I/O or a malformed file (including a group that lacks a
+// failed while running a group, or the model's logits went NaN or infinite); 2 usage, I/O or a malformed file (including a group that lacks a
 // tensor it needs, a file with no known group, and a model directory without its checkpoint or
 // expected.safetensors); 77 --backend cuda on a machine without a CUDA device (nothing was run:
 // ctest's SKIP_RETURN_CODE).
@@ -36,6 +36,7 @@
 #include "dsa/core/error.hpp"
 #include "dsa/core/quote.hpp"
 #include "dsa/cpu/parallel.hpp"
+#include "dsa/model/nonfinite.hpp"
 #include "dsa/model/safetensors.hpp"
 #include "validate/executor.hpp"
 #include "validate/model_cases.hpp"
@@ -354,6 +355,9 @@ int run_model(const options& o) {
     } catch (const dsa_validate::backend_error& e) {
       std::cout << padded("model", 20) << "FAIL  " << e.what() << "\n";
       return exit_fail;
+    } catch (const dsa::model::nonfinite_error& e) {
+      std::cout << padded("model", 20) << "FAIL  " << e.what() << "\n";
+      return exit_fail;
     }
   } else
 #endif
@@ -362,7 +366,14 @@ int run_model(const options& o) {
     header(cpu_description(be));
     // The computed tensors are kept only for the dump: without it the replay streams its rows and
     // holds one row's state at a time, whatever the batch.
-    r = dsa_validate::run_model_case(be, dir, dsa::model::forward_options{}.max_chunk, !o.dump.empty());
+    try {
+      r = dsa_validate::run_model_case(be, dir, dsa::model::forward_options{}.max_chunk, !o.dump.empty());
+    } catch (const dsa::model::nonfinite_error& e) {
+      // The model's logits went NaN or infinite: a failed replay, not a malformed input. The
+      // message names the step's position and where the values first stopped being finite.
+      std::cout << padded("model", 20) << "FAIL  " << e.what() << "\n";
+      return exit_fail;
+    }
   }
 
   int passed = 0, failed = 0;

@@ -21,7 +21,7 @@ from .dense import (add_rms_norm, fp8_linear, layer_norm, linear, moe_combine, m
 from .indexer import (gather_rows, indexer_kl_loss_dense, indexer_kl_loss_sparse, lightning_indexer_backward,
                       lightning_indexer_scores, lightning_indexer_scores_paged, lightning_indexer_weights,
                       topk_indices, topk_indices_paged)
-from .model import Sequence, Transformer, validate, validate_model
+from .model import NonFiniteError, NonFiniteWarning, Sequence, Transformer, validate, validate_model
 from .quant import (act_dequant, act_quant, hadamard_transform, indexer_cache_pack, indexer_cache_unpack,
                     kv_cache_fp8_pack, kv_cache_fp8_unpack, weight_dequant, weight_quant)
 
@@ -31,13 +31,13 @@ __version__ = _core.__version__
 has_cuda = bool(_core.has_cuda_build)
 
 __all__ = [
-    "Error", "Sequence", "Transformer", "act_dequant", "act_quant", "add_rms_norm", "built_with_cuda",
-    "causal_ranges", "cuda_available", "cuda_device_count", "fp8_linear", "gather_rows", "get_num_threads",
-    "hadamard_transform", "has_cuda", "has_ml_dtypes", "indexer_cache_pack", "indexer_cache_unpack",
-    "indexer_kl_loss_dense", "indexer_kl_loss_sparse", "kv_cache_fp8_pack", "kv_cache_fp8_unpack", "layer_norm",
-    "lightning_indexer_backward", "lightning_indexer_scores", "lightning_indexer_scores_paged",
-    "lightning_indexer_weights", "linear", "moe_combine", "moe_route", "rms_norm", "rope_apply", "set_num_threads",
-    "sparse_mha_attention", "sparse_mla_attention", "sparse_mla_attention_num_splits",
-    "sparse_mla_attention_workspace_size", "swiglu", "topk_indices", "topk_indices_paged", "validate",
-    "validate_model", "weight_dequant", "weight_quant",
+    "Error", "NonFiniteError", "NonFiniteWarning", "Sequence", "Transformer", "act_dequant", "act_quant",
+    "add_rms_norm", "built_with_cuda", "causal_ranges", "cuda_available", "cuda_device_count", "fp8_linear",
+    "gather_rows", "get_num_threads", "hadamard_transform", "has_cuda", "has_ml_dtypes", "indexer_cache_pack",
+    "indexer_cache_unpack", "indexer_kl_loss_dense", "indexer_kl_loss_sparse", "kv_cache_fp8_pack",
+    "kv_cache_fp8_unpack", "layer_norm", "lightning_indexer_backward", "lightning_indexer_scores",
+    "lightning_indexer_scores_paged", "lightning_indexer_weights", "linear", "moe_combine", "moe_route",
+    "rms_norm", "rope_apply", "set_num_threads", "sparse_mha_attention", "sparse_mla_attention",
+    "sparse_mla_attention_num_splits", "sparse_mla_attention_workspace_size", "swiglu", "topk_indices",
+    "topk_indices_paged", "validate", "validate_model", "weight_dequant", "weight_quant",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -12,6 +13,12 @@ from . import _arrays as A
 from . import _core
 
 Sequence = _core.Sequence
+NonFiniteError = _core.NonFiniteError
+
+
+class NonFiniteWarning(RuntimeWarning):
+    """A forward pass produced a NaN or infinity that did not reach the logits (see
+    ``Sequence.first_nonfinite``)."""
 
 
 def _path(p: Any, op: str, name: str) -> str:
@@ -93,20 +100,37 @@ class Transformer:
         max_position_embeddings)."""
         return self._impl.new_sequence(A.int_arg("Transformer.new_sequence", "max_tokens", max_tokens))
 
-    def forward(self, seq: Sequence, tokens: Any, *, max_chunk: int = 4096, trace: bool = False):
+    def forward(self, seq: Sequence, tokens: Any, *, max_chunk: int = 4096, trace: bool = False,
+                nonfinite: str = "error"):
         """Appends ``tokens`` (ints, a list, or an int32/int64 array) to ``seq`` and returns the
         float32 logits [vocab] of the last one. More than one token runs the MHA prefill path
         (in chunks of ``max_chunk``), one token the absorbed MQA decode path. With ``trace`` it
         returns ``(logits, layers)``: per layer and chunk a dict with the layer index, the chunk's
         start position, the indexer's ``topk`` [t, k] int32, the routed ``experts`` [t, top_k]
         int32, and the bf16 bits (uint16) of ``ffn_out`` and ``residual`` [t, hidden]. The GIL is
-        released while it runs; calls on one Transformer run one at a time."""
+        released while it runs; calls on one Transformer run one at a time.
+
+        Logits that are NaN or infinite raise ``dsa.NonFiniteError`` (a ``dsa.Error``) naming
+        where the sequence's values first stopped being finite (``seq.first_nonfinite``); with
+        ``nonfinite="propagate"`` they are returned instead. A non-finite value inside the model
+        that did not reach the logits (index scores gone NaN, say) is a ``dsa.NonFiniteWarning``."""
         op = "Transformer.forward"
         if not isinstance(seq, Sequence):
             A.fail(op, "seq", A.typed(seq), "a dsa.Sequence (Transformer.new_sequence)")
         max_chunk = A.int_arg(op, "max_chunk", max_chunk)
         trace = A.flag_arg(op, "trace", trace)
-        return self._impl.forward(seq, _tokens(tokens), max_chunk, trace)
+        nonfinite = A.str_arg(op, "nonfinite", nonfinite, "'error' or 'propagate'")
+        if nonfinite not in ("error", "propagate"):
+            A.fail(op, "nonfinite", repr(nonfinite), "'error' or 'propagate'")
+        had_site = seq.first_nonfinite is not None
+        out = self._impl.forward(seq, _tokens(tokens), max_chunk, trace, nonfinite == "propagate")
+        site = seq.first_nonfinite
+        if site is not None and not had_site:
+            logits = out[0] if trace else out
+            if np.isfinite(logits).all():
+                warnings.warn(f"dsa: the model's values stopped being finite in {site['text']}; the logits "
+                              "stayed finite, but the run is not a valid result", NonFiniteWarning, stacklevel=2)
+        return out
 
     @property
     def phase_times(self) -> Dict[str, float]:

@@ -70,11 +70,12 @@ std::vector<std::int64_t> token_vector(nb::handle tokens) {
 }
 
 nb::object forward(py_transformer& t, dsa::model::sequence& seq, nb::handle tokens, dsa::index_t max_chunk,
-                   bool trace) {
+                   bool trace, bool propagate_nonfinite) {
   const std::vector<std::int64_t> ids = token_vector(tokens);
   std::vector<trace_copy> traces;
   dsa::model::forward_options opt;
   opt.max_chunk = max_chunk;
+  if (propagate_nonfinite) opt.on_nonfinite = dsa::model::nonfinite_policy::propagate;
   if (trace) {
     opt.observer = [&](const dsa::model::layer_trace& tr) {
       trace_copy c;
@@ -166,7 +167,21 @@ void bind_model(nb::module_& m) {
       .def_prop_ro("length", &dsa::model::sequence::length, "Tokens processed so far (the next token's position).")
       .def_prop_ro("max_tokens", &dsa::model::sequence::max_tokens, "The most tokens this sequence may hold.")
       .def_prop_ro("cache_bytes", &dsa::model::sequence::cache_bytes, "Cache bytes allocated.")
-      .def("reset", &dsa::model::sequence::reset, "Forgets every token; the sequence restarts at position 0.");
+      .def("reset", &dsa::model::sequence::reset, "Forgets every token; the sequence restarts at position 0.")
+      .def_prop_ro(
+          "first_nonfinite",
+          [](const dsa::model::sequence& s) -> nb::object {
+            const auto& site = s.first_nonfinite();
+            if (!site) return nb::none();
+            nb::dict d;
+            d["layer"] = site->layer;
+            d["stage"] = dsa::model::to_string(site->stage);
+            d["position"] = site->position;
+            d["text"] = site->to_string();
+            return d;
+          },
+          "Where this sequence's values first stopped being finite (a dict: layer, stage, position, text), or "
+          "None.");
 
   nb::class_<py_transformer>(m, "Transformer")
       .def_static(
@@ -186,7 +201,8 @@ void bind_model(nb::module_& m) {
       .def_prop_ro("threads", [](const py_transformer& t) { return dsa::cpu_detail::thread_count(t.model.backend()); })
       .def("new_sequence", [](const py_transformer& t, dsa::index_t max_tokens) { return t.model.new_sequence(max_tokens); },
            nb::arg("max_tokens"))
-      .def("forward", &forward, nb::arg("seq"), nb::arg("tokens"), nb::arg("max_chunk"), nb::arg("trace"))
+      .def("forward", &forward, nb::arg("seq"), nb::arg("tokens"), nb::arg("max_chunk"), nb::arg("trace"),
+           nb::arg("propagate_nonfinite"))
       .def_prop_ro("phase_times", &phase_times)
       .def("reset_phase_times", [](py_transformer& t) {
         std::lock_guard<std::mutex> lock(t.mutex);

@@ -5,6 +5,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/error.hpp"
 #include "dsa/core/quote.hpp"
+#include "dsa/model/nonfinite.hpp"
 
 namespace nb = nanobind;
 
@@ -12,7 +13,11 @@ NB_MODULE(_core, m) {
   m.doc() = "dsa's compiled ops; use the `dsa` package, which allocates outputs and maps dtypes.";
   // Every dsa::error (bad shapes, dtypes, ranges, files) becomes dsa.Error, a ValueError, with the
   // same message.
-  nb::exception<dsa::error>(m, "Error", PyExc_ValueError);
+  nb::exception<dsa::error> error(m, "Error", PyExc_ValueError);
+  // Transformer.forward's non-finite logits (dsa/model/nonfinite.hpp): a dsa.Error of its own, so
+  // that a caller can tell a run that went NaN from a bad argument. Registered after dsa.Error:
+  // nanobind tries the translators newest first.
+  nb::exception<dsa::model::nonfinite_error>(m, "NonFiniteError", error.ptr());
   m.attr("__version__") = std::to_string(DSA_VERSION_MAJOR) + "." + std::to_string(DSA_VERSION_MINOR) + "." +
                           std::to_string(DSA_VERSION_PATCH);
 #ifdef DSA_PY_CUDA

@@ -26,7 +26,7 @@ cuda_transformer cuda_transformer::load(const std::filesystem::path& dir, dsa::c
 const dsa::model::config& cuda_transformer::config() const { return p_->m.config(); }
 dsa::index_t cuda_transformer::num_layers() const { return p_->m.num_layers(); }
 const dsa::cuda_backend& cuda_transformer::backend() const { return p_->m.backend(); }
-std::size_t cuda_transformer::device_weight_bytes() const { return p_->m.device_weights().bytes(); }
+std::size_t cuda_transformer::device_weight_bytes() const { return p_->m.resources().device_weights().bytes(); }
 dsa::model::device_sequence cuda_transformer::new_sequence(dsa::index_t max_tokens) const {
   return p_->m.new_sequence(max_tokens);
 }

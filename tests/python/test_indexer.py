@@ -87,10 +87,11 @@ def test_indexer_backward(rng):
 
 
 def topk_ref(scores, ranges, k):
+    """torch.topk's order: NaN above every number, -inf below; ties to the smaller index."""
     out = np.full((scores.shape[0], k), -1, np.int32)
     for t, (b, e) in enumerate(ranges):
-        cand = [j for j in range(b, e) if not np.isnan(scores[t, j]) and scores[t, j] != -np.inf]
-        cand.sort(key=lambda j: (-scores[t, j], j))
+        cand = list(range(b, e))
+        cand.sort(key=lambda j: (0, 0.0, j) if np.isnan(scores[t, j]) else (1, -scores[t, j], j))
         sel = sorted(cand[:k])
         out[t, :len(sel)] = sel
     return out
@@ -108,6 +109,8 @@ def test_topk_plain(rng):
     got = dsa.topk_indices(s, 8, ranges)
     np.testing.assert_array_equal(got, topk_ref(s, ranges, 8))
     np.testing.assert_array_equal(got[0], np.arange(10, 18))
+    assert 5 in got[2]  # the NaN ranks first
+    np.testing.assert_array_equal(got[1], np.arange(8))  # -inf is selectable: the 0.0, then the first -inf
     np.testing.assert_array_equal(dsa.topk_indices(s, 8), topk_ref(s, [(0, 50)] * 6, 8))
 
 

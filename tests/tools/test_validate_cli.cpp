@@ -28,6 +28,7 @@ TEST_CASE("dsa_validate command line (skipped: built without DSA_BUILD_TOOLS)") 
 #include <vector>
 
 #include "dsa/model/safetensors.hpp"
+#include "support/checkpoint_edit.hpp"
 
 #ifdef DSA_VALIDATE_CUDA
 #include "dsa/cuda/backend.hpp"
@@ -974,6 +975,25 @@ TEST_CASE("dsa_validate echoes paths from the command line quoted, control chara
 // ---- --backend cuda ------------------------------------------------------------------------------
 
 #ifndef DSA_VALIDATE_CUDA
+
+TEST_CASE("dsa_validate --model fails a model whose logits go non-finite, naming where (exit 1, issue 33)") {
+  // The golden directory with a finite but huge q_b_proj block scale: layer 1's attention output
+  // overflows, the logits go NaN, and the replay must say so instead of comparing NaN.
+  dsa_test::temp_dir model("dsa_test_validate_nonfinite");
+  dsa_test::checkpoint_tensors t;
+  const float huge = 3.0e38f;
+  std::vector<std::byte> b(4);
+  std::memcpy(b.data(), &huge, 4);
+  t.fill("model.layers.1.self_attn.q_b_proj.weight_scale_inv", b);
+  dsa_test::write_checkpoint(model.path, t);
+  fs::copy_file(dsa_test::tiny_dir / "expected.safetensors", model.path / "expected.safetensors");
+  temp_dir dir;
+  const auto r = run_tool(dir, {"--model", model.path.string(), "--threads", "2"});
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.output, "FAIL  dsa::model::transformer::forward: logits = "));
+  CHECK(contains(r.output, "first stopped being finite in layer 1's attention output at position 0"));
+}
 
 TEST_CASE("dsa_validate --backend cuda in a build without CUDA says the backend is not available (exit 2)") {
   temp_dir dir;
