@@ -80,4 +80,11 @@ if(DSA_BUILD_TESTS OR DSA_BUILD_TOOLS OR DSA_BUILD_BENCH)
     "${PROJECT_SOURCE_DIR}/instances/cuda_ops_topk.cu")
   dsa_cuda_target(dsa_cuda_ops)
   target_compile_definitions(dsa_cuda_ops PUBLIC DSA_EXTERN_CUDA_OPS)
+  # transformer<cuda_backend> compiled once (instances/cuda_transformer.cu), as dsa_cpu_transformer
+  # for the CPU: host-compiled programs include dsa/model/cuda/transformer.hpp, which declares it
+  # extern under DSA_EXTERN_CUDA_TRANSFORMER, and link this.
+  add_library(dsa_cuda_transformer STATIC "${PROJECT_SOURCE_DIR}/instances/cuda_transformer.cu")
+  dsa_cuda_target(dsa_cuda_transformer)
+  target_link_libraries(dsa_cuda_transformer PUBLIC dsa_model_io dsa_cuda_ops)
+  target_compile_definitions(dsa_cuda_transformer PUBLIC DSA_EXTERN_CUDA_TRANSFORMER)
 endif()

@@ -25,8 +25,8 @@
 DSA_NAMESPACE_BEGIN
 namespace model {
 
-/// The reference forward pass (dsa/model/transformer.hpp for host backends,
-/// dsa/model/cuda/transformer.cuh for dsa::cuda_backend).
+/// The reference forward pass (dsa/model/basic_transformer.hpp; include dsa/model/transformer.hpp
+/// for the CPU backend, dsa/model/cuda/transformer.hpp for dsa::cuda_backend).
 template <class Backend>
 class transformer;
 

@@ -1,4 +1,4 @@
-// dsa::model::transformer<cuda_backend>: the forward pass of dsa/model/transformer.hpp on the GPU.
+// dsa::model::transformer<cuda_backend>: the forward pass of dsa/model/basic_transformer.hpp on the GPU.
 // This header holds what is truly device-specific, and compiles with g++ as well as nvcc:
 //   - backend_resources<cuda_backend>: the checkpoint's weights copied once to the device
 //     (device_weights, dsa/model/cuda/device_weights.hpp) and a cuBLAS handle of the
@@ -39,7 +39,7 @@
 #include "dsa/model/cuda/device_sequence.hpp"
 #include "dsa/model/cuda/device_weights.hpp"
 #include "dsa/model/cuda/layer_memory.hpp"
-#include "dsa/model/transformer.hpp"
+#include "dsa/model/basic_transformer.hpp"
 #include "dsa/model/weights.hpp"
 
 DSA_NAMESPACE_BEGIN
