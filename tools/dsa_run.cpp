@@ -1,8 +1,9 @@
 // dsa_run: generates tokens with the reference DeepSeek-V3.2 forward pass of dsa::model on the
-// CPU and reports where the time went.
+// CPU or the GPU and reports where the time went.
 //
-//   dsa_run --model DIR (--prompt-ids "1 2 3" | --prompt-file F) --max-new-tokens N [--threads T]
-//           [--fp8-dot exact|fp32] [--fp8-pack on|off]
+//   dsa_run --model DIR (--prompt-ids "1 2 3" | --prompt-file F) --max-new-tokens N
+//           [--backend cpu|cuda] [--threads T] [--fp8-dot exact|fp32] [--fp8-pack on|off]
+//           [--cuda-linear cublas|simt]
 //           [--temperature X [--top-p P] [--seed S]] [--stop-at-eos] [--quiet]
 //
 // Greedy (argmax, ties to the smaller id) unless --temperature X > 0 is given; sampling is
@@ -10,6 +11,9 @@
 // prefill and of the decode, and the per-phase breakdown of each; for the decode also the bytes
 // of weights one token reads and the bandwidth that makes. A progress line goes to stderr while
 // a prefill runs longer than a second.
+// --backend cuda runs dsa::model::transformer<cuda_backend> (a build with DSA_ENABLE_CUDA=ON;
+// the pass is compiled once in dsa_cuda_transformer, DSA_RUN_CUDA): the same phases, timed as
+// device time. Without a CUDA device it exits 2 saying so, before loading anything.
 // Exit codes: 0 success; 2 usage error, unreadable or invalid model, or a failed forward pass;
 // 3 the run went non-finite: logits that are NaN or infinite (the run stops there, naming where
 // the values first stopped being finite), or a non-finite value inside the model that did not
@@ -37,6 +41,12 @@
 #include "dsa/cpu/parallel.hpp"
 #include "dsa/model/sampling.hpp"
 #include "dsa/model/transformer.hpp"
+#ifdef DSA_RUN_CUDA
+#include <cuda_runtime_api.h>
+
+#include "dsa/cuda/backend.hpp"
+#include "dsa/model/cuda/transformer.hpp"
+#endif
 
 namespace {
 
@@ -44,22 +54,26 @@ using clock_type = std::chrono::steady_clock;
 
 const char* const usage_text =
     "usage: dsa_run --model DIR (--prompt-ids \"1 2 3\" | --prompt-file F) [--max-new-tokens N]\n"
-    "               [--threads T] [--fp8-dot MODE] [--fp8-pack on|off]\n"
+    "               [--backend cpu|cuda] [--threads T] [--fp8-dot MODE] [--fp8-pack on|off]\n"
+    "               [--cuda-linear cublas|simt]\n"
     "               [--temperature X] [--top-p P] [--seed S] [--stop-at-eos] [--quiet]\n"
     "\n"
     "Runs a DeepSeek-V3.2 checkpoint (config.json + safetensors, Hugging Face layout) with dsa's\n"
-    "reference forward pass on the CPU: prefill of the prompt, then N - 1 decode steps.\n"
+    "reference forward pass on the CPU or the GPU: prefill of the prompt, then N - 1 decode steps.\n"
     "\n"
     "  --model DIR          checkpoint directory\n"
     "  --prompt-ids IDS     prompt token ids, separated by spaces or commas\n"
     "  --prompt-file F      the same from a text file (any whitespace or commas between ids;\n"
     "                       at most 64 MiB): long prompts exceed one argument's 128 KiB\n"
     "  --max-new-tokens N   tokens to generate, N >= 0 (default 16)\n"
-    "  --threads T          CPU threads, T >= 1 (default: every hardware thread)\n"
+    "  --backend B          cpu (default) or cuda (a build with DSA_ENABLE_CUDA=ON and a GPU:\n"
+    "                       the whole model is copied to the device)\n"
+    "  --threads T          CPU threads, T >= 1 (default: every hardware thread; --backend cpu)\n"
     "  --fp8-dot MODE       FP8 linear block dots: exact (default) or fp32 (faster prefill;\n"
     "                       docs/decisions.md)\n"
     "  --fp8-pack on|off    pack the FP8 weights for the CPU kernels at load (default on: same\n"
     "                       results, faster decode, a second copy of the FP8 weights in memory)\n"
+    "  --cuda-linear P      dsa::linear on the GPU: cublas (default) or simt (dsa's own kernel)\n"
     "  --temperature X      sample at temperature X > 0; 0 or absent: greedy\n"
     "  --top-p P            nucleus sampling mass, 0 < P <= 1 (default 1; needs --temperature)\n"
     "  --seed S             sampling seed (default 0)\n"
@@ -80,9 +94,11 @@ struct options {
   std::vector<std::int64_t> prompt;
   bool have_prompt = false;
   std::int64_t max_new_tokens = 16;
+  std::string backend = "cpu";
   int threads = 0;
   std::optional<dsa::fp8_dot> fp8_dot;
-  bool fp8_pack = true;  ///< --fp8-pack (cpu_backend::pack_fp8_weights)
+  std::optional<std::string> cuda_linear;
+  std::optional<bool> fp8_pack;  ///< --fp8-pack (cpu_backend::pack_fp8_weights; on by default)
   double temperature = 0.0;
   std::optional<double> top_p;
   std::optional<std::uint64_t> seed;
@@ -132,6 +148,12 @@ options parse_args(int argc, char** argv) {
       o.have_prompt = true;
     } else if (a == "--max-new-tokens") {
       o.max_new_tokens = dsa_tools::parse_int(a, v, 0, std::numeric_limits<std::int32_t>::max());
+    } else if (a == "--backend") {
+      if (v != "cpu" && v != "cuda") dsa_tools::usage_fail(a, v, "cpu or cuda");
+      o.backend = v;
+    } else if (a == "--cuda-linear") {
+      if (v != "cublas" && v != "simt") dsa_tools::usage_fail(a, v, "cublas or simt");
+      o.cuda_linear = v;
     } else if (a == "--threads") {
       o.threads = static_cast<int>(dsa_tools::parse_int(a, v, 1, 4096));
     } else if (a == "--fp8-dot") {
@@ -163,6 +185,10 @@ options parse_args(int argc, char** argv) {
   if (o.temperature == 0.0 && (o.top_p || o.seed)) {
     throw usage_error{"--top-p and --seed apply to sampling; give --temperature X > 0 as well"};
   }
+  if (o.backend == "cuda" && (o.threads != 0 || o.fp8_dot || o.fp8_pack)) {
+    throw usage_error{"--threads, --fp8-dot and --fp8-pack set the CPU backend; drop them with --backend cuda"};
+  }
+  if (o.backend == "cpu" && o.cuda_linear) throw usage_error{"--cuda-linear applies to --backend cuda"};
   return o;
 }
 
@@ -262,6 +288,127 @@ decode_bytes decode_bytes_of(const dsa::model::weights& w) {
 
 std::string megabytes(double bytes) { return fixed(bytes / 1e6, 1) + " MB"; }
 
+/// The run itself, on any backend: load, prefill, decode, report. `backend_line` describes the
+/// backend for the header line. Returns the exit code (0, or 3 for a non-finite site whose values
+/// never reached the logits).
+template <class Backend>
+int run(const options& o, Backend be, const std::string& backend_line) {
+  const auto t_load = clock_type::now();
+  auto model = dsa::model::transformer<Backend>::load(o.model, be);
+  const double load_s = std::chrono::duration<double>(clock_type::now() - t_load).count();
+  const dsa::model::config& cfg = model.config();
+
+  for (std::size_t i = 0; i < o.prompt.size(); ++i) {
+    if (o.prompt[i] >= cfg.vocab_size) {
+      throw dsa_tools::usage_error{"prompt token " + std::to_string(i) + " = " + std::to_string(o.prompt[i]) +
+                                   "; expected an id in [0, vocab_size = " + std::to_string(cfg.vocab_size) + ")"};
+    }
+  }
+  const std::int64_t total = static_cast<std::int64_t>(o.prompt.size()) + o.max_new_tokens;
+  if (total > cfg.max_position_embeddings) {
+    throw dsa_tools::usage_error{"prompt + max-new-tokens = " + std::to_string(total) +
+                                 " tokens; expected at most max_position_embeddings = " +
+                                 std::to_string(cfg.max_position_embeddings)};
+  }
+
+  std::optional<dsa::model::sampler> sampler;
+  if (o.temperature > 0.0) {
+    sampler.emplace(dsa::model::sampling_params{static_cast<float>(o.temperature), static_cast<float>(o.top_p.value_or(1.0))},
+                    o.seed.value_or(0));
+  }
+  auto next_token = [&](const std::vector<float>& logits) {
+    return sampler ? (*sampler)(logits) : dsa::model::greedy_token(logits);
+  };
+
+  std::cout << "model: " << dsa::quoted(o.model.string()) << " (loaded in " << fixed(load_s, 3) << " s)\n  " << cfg.to_string() << "\n";
+  std::cout << backend_line << "; prompt: " << o.prompt.size() << " tokens; sampling: ";
+  if (sampler) {
+    std::cout << "temperature " << sampler->params().temperature << ", top-p " << sampler->params().top_p << ", seed "
+              << o.seed.value_or(0) << "\n";
+  } else {
+    std::cout << "greedy\n";
+  }
+  std::cout.flush();
+
+  // Progress of long prefills: after the first second, at most every half second. A terminal
+  // gets one line rewritten in place, a log file one line per report.
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  const auto t_prefill = clock_type::now();
+  auto last_report = t_prefill;
+  bool reported = false;
+  dsa::model::forward_options prefill_opt;
+  if (!o.quiet) {
+    prefill_opt.progress = [&](const dsa::model::forward_progress& p) {
+      const auto now = clock_type::now();
+      if (now - t_prefill < std::chrono::seconds(1) || now - last_report < std::chrono::milliseconds(500)) return;
+      last_report = now;
+      reported = true;
+      const double done = static_cast<double>(p.chunk_begin) +
+                          static_cast<double>(p.chunk_end - p.chunk_begin) * static_cast<double>(p.layer + 1) /
+                              static_cast<double>(p.num_layers);
+      const double elapsed = std::chrono::duration<double>(now - t_prefill).count();
+      std::cerr << (tty ? "\r" : "") << "prefill: " << fixed(100.0 * done / static_cast<double>(p.total_end), 1)
+                << "% (chunk [" << p.chunk_begin << ", " << p.chunk_end << ") of " << p.total_end << " tokens, layer "
+                << p.layer + 1 << "/" << p.num_layers << ", " << fixed(elapsed, 1) << " s)" << (tty ? "" : "\n");
+      std::cerr.flush();
+    };
+  }
+
+  auto seq = model.new_sequence(total);
+  model.reset_phase_times();
+  std::vector<float> logits = model.forward(seq, o.prompt, prefill_opt);
+  const double prefill_s = std::chrono::duration<double>(clock_type::now() - t_prefill).count();
+  if (reported && tty) std::cerr << "\n";
+  const dsa::model::phase_times prefill_times = model.phase_times();
+
+  std::vector<std::int32_t> generated;
+  const auto t_decode = clock_type::now();
+  std::int64_t decode_steps = 0;
+  while (static_cast<std::int64_t>(generated.size()) < o.max_new_tokens) {
+    if (!generated.empty()) {
+      const std::int32_t last = generated.back();
+      logits = model.forward(seq, std::span<const std::int32_t>(&last, 1));
+      ++decode_steps;
+    }
+    generated.push_back(next_token(logits));
+    if (o.stop_at_eos && cfg.eos_token_id && generated.back() == *cfg.eos_token_id) break;
+  }
+  const double decode_s = std::chrono::duration<double>(clock_type::now() - t_decode).count();
+  const dsa::model::phase_times decode_times = minus(model.phase_times(), prefill_times);
+
+  std::cout << "generated ids:";
+  for (const std::int32_t id : generated) std::cout << ' ' << id;
+  std::cout << "\n";
+  print_stage("prefill", static_cast<std::int64_t>(o.prompt.size()), prefill_s, prefill_times);
+  print_stage("decode", decode_steps, decode_s, decode_times);
+  if (decode_steps > 0 && decode_s > 0.0) {
+    // Mean cache bytes over the steps: step j (1 .. steps) attends over prompt + j positions.
+    const decode_bytes db = decode_bytes_of(model.weights());
+    double cache = 0;
+    const double k = static_cast<double>(cfg.index_topk);
+    for (std::int64_t j = 1; j <= decode_steps; ++j) {
+      const double len = static_cast<double>(static_cast<std::int64_t>(o.prompt.size()) + j);
+      cache += db.cache_fixed * std::min(k, len) + db.cache_per_key * len;
+    }
+    cache /= static_cast<double>(decode_steps);
+    const double tps = static_cast<double>(decode_steps) / decode_s;
+    std::cout << "  weights: " << megabytes(db.weights) << " read per token (+ " << megabytes(cache)
+              << " of KV and indexer cache) = " << fixed(db.weights * tps / 1e9, 2) << " GB/s of weights ("
+              << fixed((db.weights + cache) * tps / 1e9, 2) << " GB/s with the cache)\n";
+  }
+  std::cout << "memory: kv cache " << fixed(static_cast<double>(seq.cache_bytes()) / (1 << 20), 2)
+            << " MiB for " << seq.length() << " tokens, peak RSS " << fixed(static_cast<double>(peak_rss_bytes()) / (1 << 20), 1)
+            << " MiB\n";
+  if (const auto& site = seq.first_nonfinite()) {
+    std::cout.flush();
+    std::cerr << "dsa_run: warning: the model's values stopped being finite in " << site->to_string()
+              << "; the logits stayed finite, but the run is not a valid result (a weight or scale too large "
+                 "for the arithmetic?)\n";
+    return 3;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -278,126 +425,34 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (o.backend == "cuda") {
+#ifdef DSA_RUN_CUDA
+      if (!dsa::has_device()) {
+        std::cerr << "dsa_run: --backend cuda: no CUDA device is visible to this process (or the driver is too old); "
+                     "expected a GPU for the CUDA backend (--backend cpu runs on the CPU)\n";
+        return 2;
+      }
+      dsa::cuda_backend be{};
+      if (o.cuda_linear == "simt") be.linear = dsa::cuda_linear_path::simt;
+      int device = 0;
+      cudaDeviceProp prop{};
+      DSA_CUDA_CHECK(cudaGetDevice(&device));
+      DSA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+      return run(o, be, "backend: cuda (" + dsa::escape_for_terminal(prop.name) + ", sm_" + std::to_string(prop.major) +
+                            std::to_string(prop.minor) + "); linear: " + (o.cuda_linear.value_or("cublas")));
+#else
+      std::cerr << "dsa_run: --backend cuda: this dsa_run was built without the CUDA backend (configure with "
+                   "-DDSA_ENABLE_CUDA=ON, e.g. the cuda preset)\n";
+      return 2;
+#endif
+    }
     dsa::cpu_backend be{o.threads};
     if (o.fp8_dot) be.fp8_block_dot = *o.fp8_dot;
-    be.pack_fp8_weights = o.fp8_pack;
-    const auto t_load = clock_type::now();
-    auto model = dsa::model::transformer<dsa::cpu_backend>::load(o.model, be);
-    const double load_s = std::chrono::duration<double>(clock_type::now() - t_load).count();
-    const dsa::model::config& cfg = model.config();
-
-    for (std::size_t i = 0; i < o.prompt.size(); ++i) {
-      if (o.prompt[i] >= cfg.vocab_size) {
-        throw dsa_tools::usage_error{"prompt token " + std::to_string(i) + " = " + std::to_string(o.prompt[i]) +
-                                     "; expected an id in [0, vocab_size = " + std::to_string(cfg.vocab_size) + ")"};
-      }
-    }
-    const std::int64_t total = static_cast<std::int64_t>(o.prompt.size()) + o.max_new_tokens;
-    if (total > cfg.max_position_embeddings) {
-      throw dsa_tools::usage_error{"prompt + max-new-tokens = " + std::to_string(total) +
-                                   " tokens; expected at most max_position_embeddings = " +
-                                   std::to_string(cfg.max_position_embeddings)};
-    }
-
-    std::optional<dsa::model::sampler> sampler;
-    if (o.temperature > 0.0) {
-      sampler.emplace(dsa::model::sampling_params{static_cast<float>(o.temperature), static_cast<float>(o.top_p.value_or(1.0))},
-                      o.seed.value_or(0));
-    }
-    auto next_token = [&](const std::vector<float>& logits) {
-      return sampler ? (*sampler)(logits) : dsa::model::greedy_token(logits);
-    };
-
-    std::cout << "model: " << dsa::quoted(o.model.string()) << " (loaded in " << fixed(load_s, 3) << " s)\n  " << cfg.to_string() << "\n";
-    std::cout << "threads: " << dsa::cpu_detail::thread_count(be)
-              << "; fp8 block dots: " << (be.fp8_block_dot == dsa::fp8_dot::fp32 ? "fp32" : "exact")
-              << (be.pack_fp8_weights ? ", packed" : ", unpacked")
-              << "; prompt: " << o.prompt.size() << " tokens; sampling: ";
-    if (sampler) {
-      std::cout << "temperature " << sampler->params().temperature << ", top-p " << sampler->params().top_p << ", seed "
-                << o.seed.value_or(0) << "\n";
-    } else {
-      std::cout << "greedy\n";
-    }
-    std::cout.flush();
-
-    // Progress of long prefills: after the first second, at most every half second. A terminal
-    // gets one line rewritten in place, a log file one line per report.
-    const bool tty = isatty(STDERR_FILENO) != 0;
-    const auto t_prefill = clock_type::now();
-    auto last_report = t_prefill;
-    bool reported = false;
-    dsa::model::forward_options prefill_opt;
-    if (!o.quiet) {
-      prefill_opt.progress = [&](const dsa::model::forward_progress& p) {
-        const auto now = clock_type::now();
-        if (now - t_prefill < std::chrono::seconds(1) || now - last_report < std::chrono::milliseconds(500)) return;
-        last_report = now;
-        reported = true;
-        const double done = static_cast<double>(p.chunk_begin) +
-                            static_cast<double>(p.chunk_end - p.chunk_begin) * static_cast<double>(p.layer + 1) /
-                                static_cast<double>(p.num_layers);
-        const double elapsed = std::chrono::duration<double>(now - t_prefill).count();
-        std::cerr << (tty ? "\r" : "") << "prefill: " << fixed(100.0 * done / static_cast<double>(p.total_end), 1)
-                  << "% (chunk [" << p.chunk_begin << ", " << p.chunk_end << ") of " << p.total_end << " tokens, layer "
-                  << p.layer + 1 << "/" << p.num_layers << ", " << fixed(elapsed, 1) << " s)" << (tty ? "" : "\n");
-        std::cerr.flush();
-      };
-    }
-
-    auto seq = model.new_sequence(total);
-    model.reset_phase_times();
-    std::vector<float> logits = model.forward(seq, o.prompt, prefill_opt);
-    const double prefill_s = std::chrono::duration<double>(clock_type::now() - t_prefill).count();
-    if (reported && tty) std::cerr << "\n";
-    const dsa::model::phase_times prefill_times = model.phase_times();
-
-    std::vector<std::int32_t> generated;
-    const auto t_decode = clock_type::now();
-    std::int64_t decode_steps = 0;
-    while (static_cast<std::int64_t>(generated.size()) < o.max_new_tokens) {
-      if (!generated.empty()) {
-        const std::int32_t last = generated.back();
-        logits = model.forward(seq, std::span<const std::int32_t>(&last, 1));
-        ++decode_steps;
-      }
-      generated.push_back(next_token(logits));
-      if (o.stop_at_eos && cfg.eos_token_id && generated.back() == *cfg.eos_token_id) break;
-    }
-    const double decode_s = std::chrono::duration<double>(clock_type::now() - t_decode).count();
-    const dsa::model::phase_times decode_times = minus(model.phase_times(), prefill_times);
-
-    std::cout << "generated ids:";
-    for (const std::int32_t id : generated) std::cout << ' ' << id;
-    std::cout << "\n";
-    print_stage("prefill", static_cast<std::int64_t>(o.prompt.size()), prefill_s, prefill_times);
-    print_stage("decode", decode_steps, decode_s, decode_times);
-    if (decode_steps > 0 && decode_s > 0.0) {
-      // Mean cache bytes over the steps: step j (1 .. steps) attends over prompt + j positions.
-      const decode_bytes db = decode_bytes_of(model.weights());
-      double cache = 0;
-      const double k = static_cast<double>(cfg.index_topk);
-      for (std::int64_t j = 1; j <= decode_steps; ++j) {
-        const double len = static_cast<double>(static_cast<std::int64_t>(o.prompt.size()) + j);
-        cache += db.cache_fixed * std::min(k, len) + db.cache_per_key * len;
-      }
-      cache /= static_cast<double>(decode_steps);
-      const double tps = static_cast<double>(decode_steps) / decode_s;
-      std::cout << "  weights: " << megabytes(db.weights) << " read per token (+ " << megabytes(cache)
-                << " of KV and indexer cache) = " << fixed(db.weights * tps / 1e9, 2) << " GB/s of weights ("
-                << fixed((db.weights + cache) * tps / 1e9, 2) << " GB/s with the cache)\n";
-    }
-    std::cout << "memory: kv cache " << fixed(static_cast<double>(seq.cache_bytes()) / (1 << 20), 2)
-              << " MiB for " << seq.length() << " tokens, peak RSS " << fixed(static_cast<double>(peak_rss_bytes()) / (1 << 20), 1)
-              << " MiB\n";
-    if (const auto& site = seq.first_nonfinite()) {
-      std::cout.flush();
-      std::cerr << "dsa_run: warning: the model's values stopped being finite in " << site->to_string()
-                << "; the logits stayed finite, but the run is not a valid result (a weight or scale too large "
-                   "for the arithmetic?)\n";
-      return 3;
-    }
-    return 0;
+    be.pack_fp8_weights = o.fp8_pack.value_or(true);
+    return run(o, be,
+               "threads: " + std::to_string(dsa::cpu_detail::thread_count(be)) + "; fp8 block dots: " +
+                   (be.fp8_block_dot == dsa::fp8_dot::fp32 ? "fp32" : "exact") +
+                   (be.pack_fp8_weights ? ", packed" : ", unpacked"));
   } catch (const dsa::model::nonfinite_error& e) {
     std::cout.flush();
     std::cerr << "dsa_run: " << e.what() << "\n";

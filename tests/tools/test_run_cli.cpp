@@ -16,6 +16,9 @@ TEST_CASE("dsa_run command line (skipped: built without DSA_BUILD_TOOLS)") {
 #include <vector>
 
 #include "dsa/core/types.hpp"
+#ifdef DSA_RUN_CUDA
+#include "dsa/cuda/backend.hpp"
+#endif
 #include "support/checkpoint_edit.hpp"
 #include "support/child_process.hpp"
 
@@ -102,6 +105,35 @@ TEST_CASE("dsa_run: argument text is echoed quoted, escaped and bounded") {
   CHECK(contains(r.output, "... (100000 bytes in all); expected an integer"));
   CHECK(r.output.size() < 4000);
   for (const char c : r.output) CHECK((static_cast<unsigned char>(c) >= 0x20 || c == '\n'));
+}
+
+TEST_CASE("dsa_run --backend cuda runs on a GPU, and says clearly why it cannot without one") {
+  dsa_test::temp_dir dir("dsa_test_run_cli");
+  const auto r = run_dsa_run(dir, {"--model", dsa_test::tiny_dir.string(), "--prompt-ids", "5 17 3 99",
+                                   "--max-new-tokens", "3", "--backend", "cuda", "--quiet"});
+  CAPTURE(r.output);
+#ifdef DSA_RUN_CUDA
+  if (dsa::has_device()) {
+    CHECK(r.exit_code == 0);
+    CHECK(contains(r.output, "backend: cuda ("));
+    CHECK(contains(r.output, "generated ids:"));
+    CHECK(contains(r.output, "decode: 2 tokens in"));
+  } else {
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, "dsa_run: --backend cuda: no CUDA device is visible to this process"));
+  }
+#else
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.output, "dsa_run: --backend cuda: this dsa_run was built without the CUDA backend"));
+#endif
+  // CPU-only options with the CUDA backend are usage errors, whatever the build.
+  const auto u = run_dsa_run(dir, {"--model", dsa_test::tiny_dir.string(), "--prompt-ids", "5", "--backend", "cuda",
+                                   "--threads", "2"});
+  CHECK(u.exit_code == 2);
+  CHECK(contains(u.output, "--threads, --fp8-dot and --fp8-pack set the CPU backend"));
+  const auto b = run_dsa_run(dir, {"--model", dsa_test::tiny_dir.string(), "--prompt-ids", "5", "--backend", "tpu"});
+  CHECK(b.exit_code == 2);
+  CHECK(contains(b.output, "--backend = 'tpu'; expected cpu or cuda"));
 }
 
 #endif
