@@ -93,21 +93,31 @@ class transformer {
     return sequence_type(max_tokens, num_layers(), config().kv_lora_rank, config().qk_rope_head_dim, id_);
   }
 
-  /// Appends `tokens` to `seq` and returns the logits [vocab] of the last one (fp32, on the host).
+  /// One sequence's part of a batched forward call: the tokens to append to it.
+  struct batch_entry {
+    sequence_type* seq = nullptr;
+    std::span<const std::int32_t> tokens;
+  };
+
+  /// Appends each entry's tokens to its sequence, all in one pass (ragged: every sequence at its
+  /// own position, a prefill chunk of one beside a decode step of another) and returns each
+  /// entry's logits (fp32, on the host): [vocab] of its last token, or [t, vocab] of every new
+  /// token with forward_options::all_logits. The row-wise work (every projection, norm and MoE
+  /// expert) runs once over the concatenated tokens, so each weight is read once per call; the
+  /// attention and the indexer run per sequence over its own caches. A sequence's results are the
+  /// same bits alone or in any batch (docs/design.md, "Batches"). Every entry is checked before
+  /// anything runs (its tokens as forward(seq, tokens) checks them, and no sequence twice); the
+  /// batch is processed in rounds of at most forward_options::max_chunk tokens.
+  std::vector<std::vector<float>> forward(std::span<const batch_entry> batch, const forward_options& opt = {});
+
+  /// Appends `tokens` to `seq` and returns the logits [vocab] of the last one (fp32, on the host):
+  /// the batch of one.
   template <class Token>
   std::vector<float> forward(sequence_type& seq, std::span<const Token> tokens, const forward_options& opt = {}) {
     const std::vector<std::int32_t> ids =
         forward_detail::checked_forward_tokens(seq, id_, num_layers(), config().vocab_size, tokens, opt);
-    const index_t n = static_cast<index_t>(ids.size());
-    const index_t total_end = seq.length() + n;
-    backend_resources<Backend>::reserve(seq, total_end, be_);
-    std::vector<float> logits;
-    forward_detail::for_each_chunk(n, opt.max_chunk, [&](index_t b, index_t e, bool last) {
-      logits = forward_chunk(seq, std::span<const std::int32_t>(ids.data() + b, static_cast<std::size_t>(e - b)), opt,
-                             total_end, last);
-    });
-    forward_detail::check_logits(logits, seq, total_end - 1, num_layers(), opt.on_nonfinite);
-    return logits;
+    const batch_entry one{&seq, ids};
+    return std::move(forward(std::span<const batch_entry>(&one, 1), opt).front());
   }
   template <class Token>
   std::vector<float> forward(sequence_type& seq, const std::vector<Token>& tokens, const forward_options& opt = {}) {
@@ -120,9 +130,16 @@ class transformer {
   void reset_phase_times() { times_ = {}; }
 
  private:
-  // Defined below the class (see there).
-  std::vector<float> forward_chunk(sequence_type& seq, std::span<const std::int32_t> ids, const forward_options& opt,
-                                   index_t total_end, bool want_logits);
+  /// One entry's share of a round: tokens [begin, end) of its batch entry.
+  struct round_part {
+    std::size_t entry = 0;
+    index_t begin = 0, end = 0;
+    bool last = false;  ///< the entry's last tokens: its logits are wanted
+  };
+  // Defined below the class (see there). Runs every layer over one round's tokens and appends
+  // each part's logits (the last token's, or all with opt.all_logits) to logits[part.entry].
+  void forward_round(std::span<const batch_entry> batch, std::span<const round_part> round, const forward_options& opt,
+                     index_t call_begin, index_t call_total, std::vector<std::vector<float>>& logits);
 
   ::dsa::model::weights w_;
   Backend be_;
@@ -150,15 +167,92 @@ transformer<Backend>::transformer(::dsa::model::weights w, Backend be) : w_(std:
 }
 
 template <class Backend>
-std::vector<float> transformer<Backend>::forward_chunk(sequence_type& seq, std::span<const std::int32_t> ids,
-                                                       const forward_options& opt, index_t total_end, bool want_logits) {
+std::vector<std::vector<float>> transformer<Backend>::forward(std::span<const batch_entry> batch,
+                                                              const forward_options& opt) {
+  constexpr std::string_view op = "model::transformer::forward";
+  if (batch.empty()) fail(op, "batch.size()", 0, ">= 1 sequence");
+  if (opt.max_chunk < 1) fail(op, "options.max_chunk", opt.max_chunk, ">= 1");
+  // Every entry is checked before any runs, so a bad one leaves every sequence as it was.
+  index_t total = 0;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const batch_entry& e = batch[i];
+    if (e.seq == nullptr) fail(op, "batch[" + std::to_string(i) + "].seq", "null", "a sequence");
+    for (std::size_t j = 0; j < i; ++j) {
+      if (batch[j].seq == e.seq) {
+        fail(op, "batch[" + std::to_string(i) + "].seq", "the sequence of batch[" + std::to_string(j) + "]",
+             "each sequence at most once per call");
+      }
+    }
+    (void)forward_detail::checked_forward_tokens(*e.seq, id_, num_layers(), config().vocab_size, e.tokens, opt);
+    total += static_cast<index_t>(e.tokens.size());
+  }
+  for (const batch_entry& e : batch) {
+    backend_resources<Backend>::reserve(*e.seq, e.seq->length() + static_cast<index_t>(e.tokens.size()), be_);
+  }
+  // Rounds of at most max_chunk tokens, the entries in order (chunk boundaries do not change a
+  // sequence's results: the chunked prefill equals the one-shot one bit for bit).
+  const index_t call_begin = batch.size() == 1 ? batch.front().seq->length() : 0;  // progress: positions for one
+  std::vector<std::vector<float>> logits(batch.size());
+  std::vector<index_t> done(batch.size(), 0);
+  index_t processed = 0;
+  while (processed < total) {
+    std::vector<round_part> round;
+    index_t used = 0;
+    for (std::size_t i = 0; i < batch.size() && used < opt.max_chunk; ++i) {
+      const index_t left = static_cast<index_t>(batch[i].tokens.size()) - done[i];
+      if (left == 0) continue;
+      const index_t n = std::min(left, opt.max_chunk - used);
+      round.push_back({i, done[i], done[i] + n, n == left});
+      done[i] += n;
+      used += n;
+    }
+    forward_round(batch, round, opt, call_begin + processed, call_begin + total, logits);
+    processed += used;
+  }
+  const index_t vocab = config().vocab_size;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    // The last token's logits decide (with all_logits, the last row).
+    const std::vector<float>& l = logits[i];
+    forward_detail::check_logits(std::span<const float>(l.data() + l.size() - static_cast<std::size_t>(vocab),
+                                                        static_cast<std::size_t>(vocab)),
+                                 *batch[i].seq, batch[i].seq->length() - 1, num_layers(), opt.on_nonfinite);
+  }
+  return logits;
+}
+
+template <class Backend>
+void transformer<Backend>::forward_round(std::span<const batch_entry> batch, std::span<const round_part> round,
+                                         const forward_options& opt, index_t call_begin, index_t call_total,
+                                         std::vector<std::vector<float>>& logits) {
   using memory = layer_memory<Backend>;
   using space = typename Backend::memory_space;
+  using cache_type = std::remove_reference_t<decltype(std::declval<sequence_type&>().layer(0))>;
   constexpr bool on_host = std::is_same_v<space, host_space>;
   const auto& c = config();
-  const index_t t = static_cast<index_t>(ids.size()), d = c.hidden_size, start = seq.length();
+  const index_t d = c.hidden_size, vocab = c.vocab_size;
+
+  // The round's rows: each part's tokens, concatenated in part order.
+  std::vector<batch_segment<cache_type>> segments(round.size());
+  std::vector<index_t> rows(round.size() + 1, 0);
+  std::vector<std::int32_t> ids, positions;
+  index_t k_sel = 0;
+  for (std::size_t s = 0; s < round.size(); ++s) {
+    const round_part& p = round[s];
+    sequence_type& seq = *batch[p.entry].seq;
+    batch_segment<cache_type>& seg = segments[s];
+    seg.row = rows[s];
+    seg.start = seq.length();
+    seg.t = p.end - p.begin;
+    rows[s + 1] = seg.row + seg.t;
+    for (index_t i = 0; i < seg.t; ++i) {
+      ids.push_back(batch[p.entry].tokens[static_cast<std::size_t>(p.begin + i)]);
+      positions.push_back(static_cast<std::int32_t>(seg.start + i));
+    }
+    // The selection is min(index_topk, end) wide per sequence: no token has more causal positions.
+    k_sel = std::max(k_sel, forward_detail::selection_width(c.index_topk, seg.end()));
+  }
+  const index_t t = rows.back();
   layer_context<Backend> ctx{be_, c, settings_.act_format, settings_.rope, &times_};
-  const std::vector<std::int32_t> positions = forward_detail::chunk_positions(start, t);
   const auto pos_buf = memory::upload(be_, std::span<const std::int32_t>(positions));
   const auto pos = pos_buf.view({t});
 
@@ -171,34 +265,31 @@ std::vector<float> transformer<Backend>::forward_chunk(sequence_type& seq, std::
   const auto av = a.view({t, d});
   {
     layer_timer<Backend> timing(ctx, phase::other);
-    const auto id_buf = memory::upload(be_, ids);
+    const auto id_buf = memory::upload(be_, std::span<const std::int32_t>(ids));
     gather_rows(be_, res_.embed_tokens(w_), id_buf.view({index_t{1}, t}), h.view({index_t{1}, t, d}));
     // The first layer's residual is the embedding itself: adding it to a zero residual is exact.
     memory::fill_zero(be_, residual.view({t * d}));
   }
-  // The selection is min(index_topk, start + t) wide: no token here has more causal positions.
-  const index_t k_sel = forward_detail::selection_width(c.index_topk, start + t);
   auto topk = make_buffer<std::int32_t>(ctx, t * k_sel);
   const auto topk_v = topk.view({t, k_sel});
   std::vector<std::int32_t> routed;  // the observer's layer_trace::experts
-  // The non-finite watch (dsa/model/nonfinite.hpp), until the sequence has a site.
-  std::optional<nonfinite_watch<space>> watch;
-  if (!seq.first_nonfinite()) watch.emplace(be_);
-  ctx.watch = watch ? &*watch : nullptr;
+  // The non-finite watch (dsa/model/nonfinite.hpp), one site per sequence.
+  nonfinite_watch<space> watch(be_, std::span<const index_t>(rows));
+  ctx.watch = &watch;
   const auto watch_point = [&](in_view<Backend, bf16, 2> v, nonfinite_stage stage) {
-    if (!watch) return;
     layer_timer<Backend> timing(ctx, phase::other);
-    watch->watch(v, stage);
+    watch.watch(v, stage);
   };
   for (index_t l = 0; l < num_layers(); ++l) {
     const auto& lw = res_.layer(w_, l);
-    if (watch) watch->layer = l;
+    watch.layer = l;
+    for (std::size_t s = 0; s < round.size(); ++s) segments[s].cache = &batch[round[s].entry].seq->layer(l);
     {
       layer_timer<Backend> timing(ctx, phase::other);
       add_rms_norm(be_, in_view<Backend, bf16, 2>(hv), rv, lw.input_layernorm, xv, c.rms_norm_eps);
     }
-    mla_forward(ctx, lw.attn, *decode_[static_cast<std::size_t>(l)], in_view<Backend, bf16, 2>(xv), pos, start,
-                seq.layer(l), topk_v, av);
+    mla_forward(ctx, lw.attn, *decode_[static_cast<std::size_t>(l)], in_view<Backend, bf16, 2>(xv), pos,
+                std::span<const batch_segment<cache_type>>(segments), topk_v, av);
     watch_point(av, nonfinite_stage::attention_output);
     {
       layer_timer<Backend> timing(ctx, phase::other);
@@ -215,39 +306,78 @@ std::vector<float> transformer<Backend>::forward_chunk(sequence_type& seq, std::
     }
     watch_point(hv, nonfinite_stage::ffn_output);
     if (opt.observer) {
-      const auto experts = forward_detail::routed_experts(routed, lw.moe.has_value(), t, c.num_experts_per_tok);
-      if constexpr (on_host) {
-        opt.observer(layer_trace{l, start, topk_v, hv, rv, experts});
-      } else {  // host copies of the device tensors
-        const std::vector<std::int32_t> topk_host = memory::to_host(be_, in_view<Backend, std::int32_t, 2>(topk_v));
-        const std::vector<bf16> h_host = memory::to_host(be_, in_view<Backend, bf16, 2>(hv));
-        const std::vector<bf16> r_host = memory::to_host(be_, in_view<Backend, bf16, 2>(rv));
-        opt.observer(layer_trace{l, start, make_view(topk_host.data(), {t, k_sel}), make_view(h_host.data(), {t, d}),
-                                 make_view(r_host.data(), {t, d}), experts});
+      // One trace per sequence of the round, its rows only (host copies of device tensors).
+      std::vector<std::int32_t> topk_host;
+      std::vector<bf16> h_host, r_host;
+      if constexpr (!on_host) {
+        topk_host = memory::to_host(be_, in_view<Backend, std::int32_t, 2>(topk_v));
+        h_host = memory::to_host(be_, in_view<Backend, bf16, 2>(hv));
+        r_host = memory::to_host(be_, in_view<Backend, bf16, 2>(rv));
+      }
+      const std::int32_t* topk_rows = on_host ? reinterpret_cast<const std::int32_t*>(topk_v.data_handle()) : topk_host.data();
+      const bf16* h_rows = on_host ? reinterpret_cast<const bf16*>(hv.data_handle()) : h_host.data();
+      const bf16* r_rows = on_host ? reinterpret_cast<const bf16*>(rv.data_handle()) : r_host.data();
+      const index_t k_exp = lw.moe ? c.num_experts_per_tok : 0;
+      for (std::size_t s = 0; s < round.size(); ++s) {
+        const batch_segment<cache_type>& seg = segments[s];
+        const index_t k_seg = forward_detail::selection_width(c.index_topk, seg.end());
+        opt.observer(layer_trace{l, seg.start,
+                                 host_view<const std::int32_t, 2>(topk_rows + seg.row * k_sel, {seg.t, k_seg}, {k_sel, 1}),
+                                 host_view<const bf16, 2>(h_rows + seg.row * d, {seg.t, d}),
+                                 host_view<const bf16, 2>(r_rows + seg.row * d, {seg.t, d}),
+                                 host_view<const std::int32_t, 2>(routed.data() + seg.row * k_exp, {lw.moe ? seg.t : 0, k_exp}),
+                                 static_cast<index_t>(round[s].entry)});
       }
     }
-    if (opt.progress) opt.progress(forward_progress{start, start + t, total_end, l, num_layers()});
+    if (opt.progress) opt.progress(forward_progress{call_begin, call_begin + t, call_total, l, num_layers()});
   }
-  seq.advance(t);
-  if (watch && watch->first() != nonfinite_detail::none) seq.note_nonfinite(nonfinite_detail::decode(watch->first(), start));
-  if (!want_logits) {
-    memory::finish(be_);  // a failure of this chunk's work surfaces here
-    return {};
+  const std::vector<std::uint64_t> first = watch.first();
+  for (std::size_t s = 0; s < round.size(); ++s) {
+    sequence_type& seq = *batch[round[s].entry].seq;
+    if (first[s] != nonfinite_detail::none) seq.note_nonfinite(nonfinite_detail::decode(first[s], seq.length()));
+    seq.advance(segments[s].t);
+  }
+
+  // The logits rows: each finishing part's last token, or every row with all_logits.
+  std::vector<index_t> out_rows;
+  for (std::size_t s = 0; s < round.size(); ++s) {
+    const batch_segment<cache_type>& seg = segments[s];
+    if (opt.all_logits) {
+      for (index_t i = 0; i < seg.t; ++i) out_rows.push_back(seg.row + i);
+    } else if (round[s].last) {
+      out_rows.push_back(seg.row + seg.t - 1);
+    }
+  }
+  if (out_rows.empty()) {
+    memory::finish(be_);  // a failure of this round's work surfaces here
+    return;
   }
   layer_timer<Backend> timing(ctx, phase::other);
-  // Final norm of the last token only (rows are independent), lm_head in fp32.
-  const auto h_last = block(in_view<Backend, bf16, 2>(hv), t - 1, 0, 1, d);
-  const auto r_last = block(rv, t - 1, 0, 1, d);
-  const auto x_last = block(xv, 0, 0, 1, d);
-  add_rms_norm(be_, h_last, r_last, res_.norm(w_), x_last, c.rms_norm_eps);
+  // Final norm of those rows only (rows are independent), lm_head in fp32.
+  const index_t n = static_cast<index_t>(out_rows.size());
+  auto hs = make_buffer<bf16>(ctx, n * d), rs = make_buffer<bf16>(ctx, n * d), xs = make_buffer<bf16>(ctx, n * d);
+  for (index_t i = 0; i < n; ++i) {
+    const index_t r = out_rows[static_cast<std::size_t>(i)];
+    memory::copy_rows(be_, block(in_view<Backend, bf16, 2>(hv), r, 0, 1, d), block(hs.view({n, d}), i, 0, 1, d));
+    memory::copy_rows(be_, block(in_view<Backend, bf16, 2>(rv), r, 0, 1, d), block(rs.view({n, d}), i, 0, 1, d));
+  }
+  add_rms_norm(be_, std::as_const(hs).view({n, d}), rs.view({n, d}), res_.norm(w_), xs.view({n, d}), c.rms_norm_eps);
+  std::vector<float> out;
   if constexpr (on_host) {
-    std::vector<float> logits(static_cast<std::size_t>(c.vocab_size));
-    linear(be_, in_view<Backend, bf16, 2>(x_last), res_.lm_head(w_), make_view(logits.data(), {index_t{1}, c.vocab_size}));
-    return logits;
+    out.resize(static_cast<std::size_t>(n * vocab));
+    linear(be_, std::as_const(xs).view({n, d}), res_.lm_head(w_), make_view(out.data(), {n, vocab}));
   } else {
-    auto logits = make_buffer<float>(ctx, c.vocab_size);
-    linear(be_, in_view<Backend, bf16, 2>(x_last), res_.lm_head(w_), logits.view({index_t{1}, c.vocab_size}));
-    return memory::to_host(be_, std::as_const(logits).view({c.vocab_size}));
+    auto lg = make_buffer<float>(ctx, n * vocab);
+    linear(be_, std::as_const(xs).view({n, d}), res_.lm_head(w_), lg.view({n, vocab}));
+    out = memory::to_host(be_, std::as_const(lg).view({n * vocab}));
+  }
+  std::size_t at = 0;
+  for (std::size_t s = 0; s < round.size(); ++s) {
+    const index_t rows_out = opt.all_logits ? segments[s].t : (round[s].last ? 1 : 0);
+    std::vector<float>& dst = logits[round[s].entry];
+    dst.insert(dst.end(), out.begin() + static_cast<std::ptrdiff_t>(at * static_cast<std::size_t>(vocab)),
+               out.begin() + static_cast<std::ptrdiff_t>((at + static_cast<std::size_t>(rows_out)) * static_cast<std::size_t>(vocab)));
+    at += static_cast<std::size_t>(rows_out);
   }
 }
 

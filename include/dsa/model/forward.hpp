@@ -43,11 +43,15 @@ struct layer_trace {
   /// empty (0 x 0) for a dense-FFN layer. A routing near-tie shows here first when two backends
   /// or engines disagree on a layer's FFN output.
   host_view<const std::int32_t, 2> experts;
+  /// The index of the sequence in a batched call (0 for forward(seq, tokens)): a batched call
+  /// reports each layer once per sequence, with that sequence's rows.
+  index_t sequence = 0;
 };
 
-/// Progress of a forward call: called after each layer of each chunk.
+/// Progress of a forward call: called after each layer of each chunk (of a batched call: of each
+/// round). For one sequence the counts are positions; for a batch, tokens of the call.
 struct forward_progress {
-  index_t chunk_begin = 0, chunk_end = 0;  ///< positions of the chunk
+  index_t chunk_begin = 0, chunk_end = 0;  ///< the chunk's first position and the one after it
   index_t total_end = 0;                   ///< position after the last token of the call
   index_t layer = 0, num_layers = 0;       ///< layer just finished
 };
@@ -60,6 +64,8 @@ struct forward_options {
   /// Non-finite logits: a nonfinite_error naming where the values first stopped being finite
   /// (the default), or returned as they are (dsa/model/nonfinite.hpp).
   nonfinite_policy on_nonfinite = nonfinite_policy::error;
+  /// The logits of every new token ([t, vocab] per sequence), not only of the last one.
+  bool all_logits = false;
 };
 
 namespace forward_detail {

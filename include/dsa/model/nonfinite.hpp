@@ -25,6 +25,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "dsa/core/config.hpp"
 #include "dsa/core/error.hpp"
@@ -108,41 +109,46 @@ DSA_HOST_DEVICE constexpr bool bf16_bits_nonfinite(std::uint16_t bits) { return 
 
 }  // namespace nonfinite_detail
 
-/// The watch of one forward chunk: folds the key of the first non-finite value of every watched
-/// point into first(). The host one is here; dsa/model/cuda/nonfinite.cuh has the device one,
-/// for the layers' layer_context<Backend>::watch.
+/// The watch of one round of a forward call: for each sequence (segment) of the round, the key of
+/// its first non-finite value over every watched point. Segment s owns the rows
+/// [rows[s], rows[s + 1]) of the round's activations. The host one is here;
+/// dsa/model/cuda/nonfinite.cuh has the device one, for the layers' layer_context<Backend>::watch.
 template <class Space>
 class nonfinite_watch;
 
 template <>
 class nonfinite_watch<host_space> {
  public:
-  nonfinite_watch() = default;
-  /// For any host backend (the device watch takes its backend's stream).
+  /// `rows`: each segment's first row, then the round's row count (segments + 1 entries). For any
+  /// host backend (the device watch takes its backend's stream).
   template <class Backend>
-  explicit nonfinite_watch(const Backend&) {}
+  nonfinite_watch(const Backend&, std::span<const index_t> rows)
+      : rows_(rows.begin(), rows.end()), keys_(rows.size() - 1, nonfinite_detail::none) {}
 
   /// The layer being run (set by the transformer before each layer).
   index_t layer = 0;
 
-  /// A [rows, cols] bf16 activation of the chunk's tokens.
+  /// A [rows, cols] bf16 activation of the round's tokens.
   void watch(host_view<const bf16, 2> x, nonfinite_stage stage) {
-    if (first_ != nonfinite_detail::none) return;  // every later key is larger
-    for (index_t r = 0; r < x.extent(0); ++r) {
-      const bf16* row = x.row(r);
-      bool bad = false;  // branch-free over the row: the all-finite case runs at memory speed
-      for (index_t c = 0; c < x.extent(1); ++c) bad |= nonfinite_detail::bf16_bits_nonfinite(row[c].bits);
-      if (bad) {
-        first_ = nonfinite_detail::encode(layer, stage, r);
-        return;
+    for (std::size_t s = 0; s < keys_.size(); ++s) {
+      if (keys_[s] != nonfinite_detail::none) continue;  // every later key is larger
+      for (index_t r = rows_[s]; r < rows_[s + 1]; ++r) {
+        const bf16* row = x.row(r);
+        bool bad = false;  // branch-free over the row: the all-finite case runs at memory speed
+        for (index_t c = 0; c < x.extent(1); ++c) bad |= nonfinite_detail::bf16_bits_nonfinite(row[c].bits);
+        if (bad) {
+          keys_[s] = nonfinite_detail::encode(layer, stage, r - rows_[s]);
+          break;
+        }
       }
     }
   }
 
-  /// Index scores [rows, n] of the tokens at positions first_position + r: the causal range
-  /// [0, first_position + r + 1) of each row (outside it the scores are -inf by definition).
-  void watch_scores(host_view<const float, 2> s, index_t first_position) {
-    if (first_ != nonfinite_detail::none) return;
+  /// Index scores [t, n] of segment `segment`, its tokens at positions first_position + r: the
+  /// causal range [0, first_position + r + 1) of each row (outside it the scores are -inf by
+  /// definition).
+  void watch_scores(std::size_t segment, host_view<const float, 2> s, index_t first_position) {
+    if (keys_[segment] != nonfinite_detail::none) return;
     for (index_t r = 0; r < s.extent(0); ++r) {
       const float* row = s.row(r);
       const index_t end = std::min(first_position + r + 1, s.extent(1));
@@ -153,17 +159,19 @@ class nonfinite_watch<host_space> {
         bad |= (u & 0x7F800000u) == 0x7F800000u;
       }
       if (bad) {
-        first_ = nonfinite_detail::encode(layer, nonfinite_stage::index_scores, r);
+        keys_[segment] = nonfinite_detail::encode(layer, nonfinite_stage::index_scores, r);
         return;
       }
     }
   }
 
-  /// The first site's key, nonfinite_detail::none if every watched value was finite.
-  std::uint64_t first() const { return first_; }
+  /// Each segment's first site's key (relative to its first row), nonfinite_detail::none where
+  /// every watched value was finite.
+  std::vector<std::uint64_t> first() const { return keys_; }
 
  private:
-  std::uint64_t first_ = nonfinite_detail::none;
+  std::vector<index_t> rows_;
+  std::vector<std::uint64_t> keys_;
 };
 
 namespace forward_detail {

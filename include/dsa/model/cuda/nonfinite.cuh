@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
@@ -23,13 +25,15 @@ DSA_NAMESPACE_BEGIN
 namespace model {
 namespace nonfinite_detail {
 
-/// Grid-stride over x [rows, cols] (row stride `ld` elements), or, with causal_start >= 0, over
-/// the causal range [0, causal_start + r + 1) of each row r: every non-finite element's key
-/// (`base` = encode(layer, stage, 0) plus its row) is folded into *first with atomicMin.
+/// Grid-stride over x [rows, cols] (row stride `ld` elements): the key of every non-finite
+/// element, `base` = encode(layer, stage, 0) plus its row within its segment, is folded into its
+/// segment's word with atomicMin. With causal_start >= 0 (index scores, one segment), only the
+/// causal range [0, causal_start + r + 1) of each row r is read.
 /// (A template so that the header can be included by several translation units.)
 template <class T>
 __global__ void watch_kernel(const T* x, index_t rows, index_t cols, index_t ld, index_t causal_start,
-                             std::uint64_t base, unsigned long long* first) {
+                             std::uint64_t base, const std::int32_t* segment_of, const index_t* first_row,
+                             unsigned long long* words) {
   const index_t n = rows * cols;
   for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<index_t>(gridDim.x) * blockDim.x) {
@@ -41,54 +45,75 @@ __global__ void watch_kernel(const T* x, index_t rows, index_t cols, index_t ld,
     } else {
       bad = !isfinite(x[r * ld + c]);
     }
-    if (bad) atomicMin(first, static_cast<unsigned long long>(base + static_cast<std::uint64_t>(r)));
+    if (!bad) continue;
+    const std::int32_t s = segment_of ? segment_of[r] : 0;
+    const index_t r0 = first_row ? first_row[s] : 0;
+    atomicMin(words + s, static_cast<unsigned long long>(base + static_cast<std::uint64_t>(r - r0)));
   }
 }
 
 }  // namespace nonfinite_detail
 
-/// The watch of one forward chunk on the device (the host one's interface): each point is one
-/// kernel on the stream; first() reads the word back.
+/// The watch of one round on the device (the host one's interface): each point is one kernel on
+/// the stream, folding into one word per segment; first() reads the words back.
 template <>
 class nonfinite_watch<device_space> {
  public:
+  nonfinite_watch(const cuda_backend& be, std::span<const index_t> rows) : stream_(be.stream) {
+    const std::size_t n = rows.size() - 1;
+    std::vector<std::int32_t> segment_of(static_cast<std::size_t>(rows.back()));
+    for (std::size_t s = 0; s < n; ++s) {
+      for (index_t r = rows[s]; r < rows[s + 1]; ++r) segment_of[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(s);
+    }
+    words_ = device_buffer<unsigned long long>(static_cast<index_t>(n), stream_);
+    segment_of_ = device_buffer<std::int32_t>(static_cast<index_t>(segment_of.size()), stream_);
+    first_row_ = device_buffer<index_t>(static_cast<index_t>(rows.size()), stream_);
+    DSA_CUDA_CHECK(cudaMemsetAsync(words_.data(), 0xFF, words_.size_bytes(), stream_));  // nonfinite_detail::none
+    copy_to_device(segment_of_, std::span<const std::int32_t>(segment_of), stream_);
+    copy_to_device(first_row_, rows, stream_);
+    DSA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host arrays are about to go
+  }
+
   /// The layer being run (set by the transformer before each layer).
   index_t layer = 0;
 
-  explicit nonfinite_watch(const cuda_backend& be) : stream_(be.stream), word_(1, be.stream) {
-    DSA_CUDA_CHECK(cudaMemsetAsync(word_.data(), 0xFF, sizeof(unsigned long long), stream_));  // nonfinite_detail::none
+  /// A [rows, cols] bf16 activation of the round's tokens.
+  void watch(device_view<const bf16, 2> x, nonfinite_stage stage) {
+    launch(x, -1, stage, segment_of_.data(), first_row_.data(), words_.data());
   }
 
-  /// A [rows, cols] bf16 activation of the chunk's tokens.
-  void watch(device_view<const bf16, 2> x, nonfinite_stage stage) { launch(x, -1, stage); }
-
-  /// Index scores [rows, n] of the tokens at positions first_position + r, in their causal ranges.
-  void watch_scores(device_view<const float, 2> s, index_t first_position) {
-    launch(s, first_position, nonfinite_stage::index_scores);
+  /// Index scores [t, n] of segment `segment`, its tokens at positions first_position + r, in
+  /// their causal ranges.
+  void watch_scores(std::size_t segment, device_view<const float, 2> s, index_t first_position) {
+    launch(s, first_position, nonfinite_stage::index_scores, nullptr, nullptr,
+           words_.data() + static_cast<std::ptrdiff_t>(segment));
   }
 
-  /// The first site's key, nonfinite_detail::none if every watched value was finite.
-  /// Synchronises the stream.
-  std::uint64_t first() const {
-    unsigned long long key = 0;
-    DSA_CUDA_CHECK(cudaMemcpyAsync(&key, word_.data(), sizeof key, cudaMemcpyDeviceToHost, stream_));
+  /// Each segment's first site's key, nonfinite_detail::none where every watched value was
+  /// finite. Synchronises the stream.
+  std::vector<std::uint64_t> first() const {
+    std::vector<unsigned long long> keys(static_cast<std::size_t>(words_.size()));
+    copy_to_host(std::span<unsigned long long>(keys), words_, stream_);
     DSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return key;
+    return std::vector<std::uint64_t>(keys.begin(), keys.end());
   }
 
  private:
   template <class T>
-  void launch(device_view<const T, 2> x, index_t causal_start, nonfinite_stage stage) {
+  void launch(device_view<const T, 2> x, index_t causal_start, nonfinite_stage stage, const std::int32_t* segment_of,
+              const index_t* first_row, unsigned long long* words) {
     if (x.size() == 0) return;
     constexpr int threads = 256;
     nonfinite_detail::watch_kernel<T><<<cuda_detail::grid_blocks(x.size(), threads * 8), threads, 0, stream_>>>(
         x.data_handle(), x.extent(0), x.extent(1), x.stride(0), causal_start,
-        nonfinite_detail::encode(layer, stage, 0), word_.data());
+        nonfinite_detail::encode(layer, stage, 0), segment_of, first_row, words);
     DSA_CUDA_CHECK(cudaGetLastError());
   }
 
   cudaStream_t stream_;
-  device_buffer<unsigned long long> word_;
+  device_buffer<unsigned long long> words_;
+  device_buffer<std::int32_t> segment_of_;
+  device_buffer<index_t> first_row_;
 };
 
 }  // namespace model

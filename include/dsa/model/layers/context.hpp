@@ -75,6 +75,20 @@ struct layer_context {
   nonfinite_watch<typename B::memory_space>* watch = nullptr;
 };
 
+/// One sequence's share of the rows a layer runs over: rows [row, row + t) of the call's
+/// activations are the tokens at positions [start, start + t) of the sequence whose layer cache
+/// is `cache`. A call over one sequence has one segment; a batched call one per sequence. The
+/// layers run every row-wise step (projections, norms, RoPE, quantization, the MoE) over all rows
+/// at once and the attention and the indexer per segment, over its own cache.
+template <class Cache>
+struct batch_segment {
+  Cache* cache = nullptr;
+  index_t row = 0;
+  index_t start = 0;
+  index_t t = 0;
+  index_t end() const { return start + t; }
+};
+
 /// Charges the time of a scope to one phase; on a backend with a queue (CUDA) it first waits for
 /// the scope's work, so the phase is charged with the time that work took. Do not nest.
 template <class B>
