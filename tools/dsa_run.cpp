@@ -1,7 +1,7 @@
 // dsa_run: generates tokens with the reference DeepSeek-V3.2 forward pass of dsa::model on the
 // CPU or the GPU and reports where the time went.
 //
-//   dsa_run --model DIR (--prompt-ids "1 2 3" | --prompt-file F) --max-new-tokens N
+//   dsa_run --model DIR (--prompt-ids "1 2 3" | --prompt-file F) --max-new-tokens N [--batch B]
 //           [--backend cpu|cuda] [--threads T] [--fp8-dot exact|fp32] [--fp8-pack on|off]
 //           [--cuda-linear cublas|simt]
 //           [--temperature X [--top-p P] [--seed S]] [--stop-at-eos] [--quiet]
@@ -11,6 +11,10 @@
 // prefill and of the decode, and the per-phase breakdown of each; for the decode also the bytes
 // of weights one token reads and the bandwidth that makes. A progress line goes to stderr while
 // a prefill runs longer than a second.
+// --batch B decodes B sequences together, one batched forward call per step (the prompt for the
+// first and, beside it, pseudo-random prompts of the same length for the others; or one line of
+// --prompt-file per sequence): the prefill and decode lines report the whole batch's tokens/s,
+// with the per-sequence figure, and the decode the bytes one step reads.
 // --backend cuda runs dsa::model::transformer<cuda_backend> (a build with DSA_ENABLE_CUDA=ON;
 // the pass is compiled once in dsa_cuda_transformer, DSA_RUN_CUDA): the same phases, timed as
 // device time. Without a CUDA device it exits 2 saying so, before loading anything.
@@ -23,6 +27,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -53,7 +58,7 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 const char* const usage_text =
-    "usage: dsa_run --model DIR (--prompt-ids \"1 2 3\" | --prompt-file F) [--max-new-tokens N]\n"
+    "usage: dsa_run --model DIR (--prompt-ids \"1 2 3\" | --prompt-file F) [--max-new-tokens N] [--batch B]\n"
     "               [--backend cpu|cuda] [--threads T] [--fp8-dot MODE] [--fp8-pack on|off]\n"
     "               [--cuda-linear cublas|simt]\n"
     "               [--temperature X] [--top-p P] [--seed S] [--stop-at-eos] [--quiet]\n"
@@ -64,8 +69,11 @@ const char* const usage_text =
     "  --model DIR          checkpoint directory\n"
     "  --prompt-ids IDS     prompt token ids, separated by spaces or commas\n"
     "  --prompt-file F      the same from a text file (any whitespace or commas between ids;\n"
-    "                       at most 64 MiB): long prompts exceed one argument's 128 KiB\n"
+    "                       at most 64 MiB): long prompts exceed one argument's 128 KiB; with\n"
+    "                       --batch B > 1 a file of B lines gives one prompt per line\n"
     "  --max-new-tokens N   tokens to generate, N >= 0 (default 16)\n"
+    "  --batch B            decode B sequences together, 1 <= B <= 4096 (default 1): the prompt\n"
+    "                       for the first, pseudo-random prompts of its length for the others\n"
     "  --backend B          cpu (default) or cuda (a build with DSA_ENABLE_CUDA=ON and a GPU:\n"
     "                       the whole model is copied to the device)\n"
     "  --threads T          CPU threads, T >= 1 (default: every hardware thread; --backend cpu)\n"
@@ -91,8 +99,11 @@ const char* const usage_text =
 
 struct options {
   std::filesystem::path model;
-  std::vector<std::int64_t> prompt;
+  std::vector<std::vector<std::int64_t>> prompts;  ///< one per sequence of the batch
+  std::string prompt_text;                         ///< --prompt-ids or --prompt-file, parsed last
+  std::string prompt_flag;
   bool have_prompt = false;
+  std::int64_t batch = 1;
   std::int64_t max_new_tokens = 16;
   std::string backend = "cpu";
   int threads = 0;
@@ -123,6 +134,49 @@ std::string read_prompt_file(std::string_view flag, const std::filesystem::path&
   return text;
 }
 
+/// The prompts of the batch: one line per sequence when a --prompt-file has exactly `batch` lines
+/// of ids (batch > 1), else the one prompt the text holds for every sequence (prompt_variant
+/// makes the others distinct once the vocabulary is known).
+std::vector<std::vector<std::int64_t>> prompts_of(const std::string& flag, std::string_view text, std::int64_t batch) {
+  constexpr std::int64_t max_id = std::numeric_limits<std::int32_t>::max();
+  if (flag == "--prompt-file" && batch > 1) {
+    std::vector<std::string_view> lines;
+    std::size_t b = 0;
+    while (b < text.size()) {
+      std::size_t e = text.find('\n', b);
+      if (e == std::string_view::npos) e = text.size();
+      const std::string_view line = text.substr(b, e - b);
+      if (line.find_first_not_of(" \t\r,") != std::string_view::npos) lines.push_back(line);
+      b = e + 1;
+    }
+    if (static_cast<std::int64_t>(lines.size()) == batch) {
+      std::vector<std::vector<std::int64_t>> out;
+      for (const std::string_view line : lines) out.push_back(dsa_tools::parse_int_list(flag, line, 0, max_id));
+      return out;
+    }
+    if (lines.size() > 1) {
+      throw dsa_tools::usage_error{"--prompt-file has " + std::to_string(lines.size()) + " lines of ids; expected 1, or " +
+                                   std::to_string(batch) + " (one per sequence of --batch)"};
+    }
+  }
+  return {dsa_tools::parse_int_list(flag, text, 0, max_id)};
+}
+
+/// Sequence i's prompt beside the given one: the same length, each id replaced by a
+/// pseudo-random one (splitmix64 of the sequence and position), so that the batch's sequences
+/// are distinct and the run is reproducible.
+std::vector<std::int64_t> prompt_variant(const std::vector<std::int64_t>& prompt, std::int64_t i, std::int64_t vocab) {
+  std::vector<std::int64_t> out(prompt.size());
+  for (std::size_t j = 0; j < prompt.size(); ++j) {
+    std::uint64_t z = (static_cast<std::uint64_t>(i) << 32) + j + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    out[j] = static_cast<std::int64_t>(z % static_cast<std::uint64_t>(vocab));
+  }
+  return out;
+}
+
 options parse_args(int argc, char** argv) {
   using dsa_tools::usage_error;
   options o;
@@ -143,9 +197,11 @@ options parse_args(int argc, char** argv) {
       o.model = v;
     } else if (a == "--prompt-ids" || a == "--prompt-file") {
       if (o.have_prompt) throw usage_error{"give one prompt: --prompt-ids or --prompt-file, once"};
-      const std::string text = a == "--prompt-file" ? read_prompt_file(a, std::filesystem::path(v)) : std::string(v);
-      o.prompt = dsa_tools::parse_int_list(a, text, 0, std::numeric_limits<std::int32_t>::max());
+      o.prompt_text = a == "--prompt-file" ? read_prompt_file(a, std::filesystem::path(v)) : std::string(v);
+      o.prompt_flag = a;
       o.have_prompt = true;
+    } else if (a == "--batch") {
+      o.batch = dsa_tools::parse_int(a, v, 1, 4096);
     } else if (a == "--max-new-tokens") {
       o.max_new_tokens = dsa_tools::parse_int(a, v, 0, std::numeric_limits<std::int32_t>::max());
     } else if (a == "--backend") {
@@ -181,7 +237,13 @@ options parse_args(int argc, char** argv) {
   }
   if (o.model.empty()) throw usage_error{"missing --model DIR"};
   if (!o.have_prompt) throw usage_error{"missing --prompt-ids or --prompt-file"};
-  if (o.prompt.empty()) throw usage_error{"the prompt is empty; expected at least one token id"};
+  o.prompts = prompts_of(o.prompt_flag, o.prompt_text, o.batch);
+  for (std::size_t i = 0; i < o.prompts.size(); ++i) {
+    if (o.prompts[i].empty()) {
+      throw usage_error{o.prompts.size() == 1 ? std::string("the prompt is empty; expected at least one token id")
+                                              : "prompt " + std::to_string(i) + " is empty; expected at least one token id"};
+    }
+  }
   if (o.temperature == 0.0 && (o.top_p || o.seed)) {
     throw usage_error{"--top-p and --seed apply to sampling; give --temperature X > 0 as well"};
   }
@@ -211,9 +273,18 @@ std::string fixed(double v, int digits) {
 
 // prefill: 80 tokens in 0.0123 s = 6504.1 tokens/s
 //   phases: indexer 0.0012 s (9.8%) | top-k ... | other ...   (shares of the phases' sum)
-void print_stage(std::string_view name, std::int64_t tokens, double wall, const dsa::model::phase_times& t) {
+// With a batch of B sequences the first line adds "(B sequences: X tokens/s each)".
+void print_stage(std::string_view name, std::int64_t tokens, double wall, const dsa::model::phase_times& t,
+                 std::int64_t sequences = 0) {
   std::cout << name << ": " << tokens << " tokens in " << fixed(wall, 4) << " s = "
-            << (wall > 0.0 ? fixed(static_cast<double>(tokens) / wall, 1) : std::string("inf")) << " tokens/s\n";
+            << (wall > 0.0 ? fixed(static_cast<double>(tokens) / wall, 1) : std::string("inf")) << " tokens/s";
+  if (sequences > 0) {
+    std::cout << " (" << sequences << " sequences: "
+              << (wall > 0.0 ? fixed(static_cast<double>(tokens) / wall / static_cast<double>(sequences), 1)
+                             : std::string("inf"))
+              << " tokens/s each)";
+  }
+  std::cout << "\n";
   const double total = t.total();
   const char* sep = " ";
   auto part = [&](const char* label, double s) {
@@ -231,9 +302,20 @@ void print_stage(std::string_view name, std::int64_t tokens, double wall, const 
 
 // Bytes a decode step reads, from the loaded weights and the config.
 struct decode_bytes {
-  double weights = 0;       ///< per token: every weight the step reads once
-  double cache_fixed = 0;   ///< per token and layer: the top-k rows of the MLA cache
-  double cache_per_key = 0; ///< per layer and cached position: the indexer key row
+  double weights = 0;         ///< every weight a step reads once, but the routed experts
+  double expert = 0;          ///< one routed expert of every MoE layer (the mean expert)
+  double experts = 0;         ///< routed experts per MoE layer
+  double experts_per_tok = 0;
+  double cache_fixed = 0;     ///< per token and layer: the top-k rows of the MLA cache
+  double cache_per_key = 0;   ///< per layer and cached position: the indexer key row
+
+  /// The weights a step of `tokens` decode tokens reads: the fixed ones, and the routed experts
+  /// they meet, E (1 - (1 - k / E)^tokens) per layer when routing is uniform (k for one token).
+  double weights_per_step(double tokens) const {
+    if (experts == 0) return weights;
+    const double met = experts * (1.0 - std::pow(1.0 - experts_per_tok / experts, tokens));
+    return weights + expert * met;
+  }
 };
 
 double view_bytes(const dsa::model::linear_weight& w) {
@@ -252,8 +334,8 @@ double view_bytes(const dsa::model::mlp_weights& m) {
 
 // One decode token: the norms, every attention and indexer projection, the absorbed decode's
 // bf16 copies of wkv_b (W_UK transposed and W_UV: 2 bytes per element of wkv_b, which the step
-// reads instead of the FP8 wkv_b), the dense FFN or the MoE gate, num_experts_per_tok routed
-// experts (one token meets that many distinct experts) and the shared experts, the final norm,
+// reads instead of the FP8 wkv_b), the dense FFN or the MoE gate, the routed experts the step's
+// tokens meet (weights_per_step) and the shared experts, the final norm,
 // lm_head and one embedding row. The caches: per layer the selected min(index_topk, L) MLA rows
 // of (kv_lora_rank + rope) bf16 values and all L indexer rows of 132 bytes.
 decode_bytes decode_bytes_of(const dsa::model::weights& w) {
@@ -274,7 +356,9 @@ decode_bytes decode_bytes_of(const dsa::model::weights& w) {
       if (!l.moe->experts.empty()) {
         double experts = 0;
         for (const auto& e : l.moe->experts) experts += view_bytes(e);
-        b.weights += experts / static_cast<double>(l.moe->experts.size()) * static_cast<double>(c.num_experts_per_tok);
+        b.expert += experts / static_cast<double>(l.moe->experts.size());
+        b.experts = static_cast<double>(l.moe->experts.size());
+        b.experts_per_tok = static_cast<double>(c.num_experts_per_tok);
       }
       if (l.moe->shared_experts) b.weights += view_bytes(*l.moe->shared_experts);
     }
@@ -298,33 +382,51 @@ int run(const options& o, Backend be, const std::string& backend_line) {
   const double load_s = std::chrono::duration<double>(clock_type::now() - t_load).count();
   const dsa::model::config& cfg = model.config();
 
-  for (std::size_t i = 0; i < o.prompt.size(); ++i) {
-    if (o.prompt[i] >= cfg.vocab_size) {
-      throw dsa_tools::usage_error{"prompt token " + std::to_string(i) + " = " + std::to_string(o.prompt[i]) +
-                                   "; expected an id in [0, vocab_size = " + std::to_string(cfg.vocab_size) + ")"};
-    }
+  // The batch's prompts: the given ones, or the given one and pseudo-random ones of its length.
+  std::vector<std::vector<std::int64_t>> prompts = o.prompts;
+  for (std::int64_t i = static_cast<std::int64_t>(prompts.size()); i < o.batch; ++i) {
+    prompts.push_back(prompt_variant(o.prompts.front(), i, cfg.vocab_size));
   }
-  const std::int64_t total = static_cast<std::int64_t>(o.prompt.size()) + o.max_new_tokens;
+  std::size_t longest = 0, prompt_tokens = 0;
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    for (std::size_t i = 0; i < prompts[p].size(); ++i) {
+      if (prompts[p][i] >= cfg.vocab_size) {
+        throw dsa_tools::usage_error{(prompts.size() > 1 ? "prompt " + std::to_string(p) + " token " : "prompt token ") +
+                                     std::to_string(i) + " = " + std::to_string(prompts[p][i]) +
+                                     "; expected an id in [0, vocab_size = " + std::to_string(cfg.vocab_size) + ")"};
+      }
+    }
+    longest = std::max(longest, prompts[p].size());
+    prompt_tokens += prompts[p].size();
+  }
+  const std::int64_t total = static_cast<std::int64_t>(longest) + o.max_new_tokens;
   if (total > cfg.max_position_embeddings) {
     throw dsa_tools::usage_error{"prompt + max-new-tokens = " + std::to_string(total) +
                                  " tokens; expected at most max_position_embeddings = " +
                                  std::to_string(cfg.max_position_embeddings)};
   }
+  const std::size_t batch = prompts.size();
 
-  std::optional<dsa::model::sampler> sampler;
+  // One sampler per sequence (seed + i), so a sequence samples the same tokens in any batch.
+  std::vector<dsa::model::sampler> samplers;
   if (o.temperature > 0.0) {
-    sampler.emplace(dsa::model::sampling_params{static_cast<float>(o.temperature), static_cast<float>(o.top_p.value_or(1.0))},
-                    o.seed.value_or(0));
+    for (std::size_t i = 0; i < batch; ++i) {
+      samplers.emplace_back(
+          dsa::model::sampling_params{static_cast<float>(o.temperature), static_cast<float>(o.top_p.value_or(1.0))},
+          o.seed.value_or(0) + i);
+    }
   }
-  auto next_token = [&](const std::vector<float>& logits) {
-    return sampler ? (*sampler)(logits) : dsa::model::greedy_token(logits);
+  auto next_token = [&](std::size_t i, const std::vector<float>& logits) {
+    return samplers.empty() ? dsa::model::greedy_token(logits) : samplers[i](logits);
   };
 
   std::cout << "model: " << dsa::quoted(o.model.string()) << " (loaded in " << fixed(load_s, 3) << " s)\n  " << cfg.to_string() << "\n";
-  std::cout << backend_line << "; prompt: " << o.prompt.size() << " tokens; sampling: ";
-  if (sampler) {
-    std::cout << "temperature " << sampler->params().temperature << ", top-p " << sampler->params().top_p << ", seed "
-              << o.seed.value_or(0) << "\n";
+  std::cout << backend_line << "; prompt: " << prompts.front().size() << " tokens";
+  if (batch > 1) std::cout << "; batch: " << batch << " sequences, " << prompt_tokens << " prompt tokens";
+  std::cout << "; sampling: ";
+  if (!samplers.empty()) {
+    std::cout << "temperature " << samplers.front().params().temperature << ", top-p " << samplers.front().params().top_p
+              << ", seed " << o.seed.value_or(0) << (batch > 1 ? " (+ i for sequence i)" : "") << "\n";
   } else {
     std::cout << "greedy\n";
   }
@@ -354,52 +456,93 @@ int run(const options& o, Backend be, const std::string& backend_line) {
     };
   }
 
-  auto seq = model.new_sequence(total);
+  using model_type = dsa::model::transformer<Backend>;
+  std::vector<typename model_type::sequence_type> seqs;
+  for (std::size_t i = 0; i < batch; ++i) seqs.push_back(model.new_sequence(total));
+  std::vector<std::vector<std::int32_t>> ids(batch);
+  for (std::size_t i = 0; i < batch; ++i) ids[i].assign(prompts[i].begin(), prompts[i].end());
+  std::vector<typename model_type::batch_entry> entries(batch);
+  for (std::size_t i = 0; i < batch; ++i) entries[i] = {&seqs[i], ids[i]};
   model.reset_phase_times();
-  std::vector<float> logits = model.forward(seq, o.prompt, prefill_opt);
+  std::vector<std::vector<float>> logits = model.forward(std::span<const typename model_type::batch_entry>(entries), prefill_opt);
   const double prefill_s = std::chrono::duration<double>(clock_type::now() - t_prefill).count();
   if (reported && tty) std::cerr << "\n";
   const dsa::model::phase_times prefill_times = model.phase_times();
 
-  std::vector<std::int32_t> generated;
+  // Decode: every sequence one token per step, in one call, until each has max_new_tokens (or
+  // stopped at eos).
+  std::vector<std::vector<std::int32_t>> generated(batch);
+  std::vector<bool> stopped(batch, false);
   const auto t_decode = clock_type::now();
-  std::int64_t decode_steps = 0;
-  while (static_cast<std::int64_t>(generated.size()) < o.max_new_tokens) {
-    if (!generated.empty()) {
-      const std::int32_t last = generated.back();
-      logits = model.forward(seq, std::span<const std::int32_t>(&last, 1));
-      ++decode_steps;
+  std::int64_t decode_steps = 0, decode_tokens = 0;
+  for (;;) {
+    std::vector<std::size_t> active;
+    for (std::size_t i = 0; i < batch; ++i) {
+      if (stopped[i]) continue;
+      generated[i].push_back(next_token(i, logits[i]));
+      if (static_cast<std::int64_t>(generated[i].size()) >= o.max_new_tokens ||
+          (o.stop_at_eos && cfg.eos_token_id && generated[i].back() == *cfg.eos_token_id)) {
+        stopped[i] = true;
+      } else {
+        active.push_back(i);
+      }
     }
-    generated.push_back(next_token(logits));
-    if (o.stop_at_eos && cfg.eos_token_id && generated.back() == *cfg.eos_token_id) break;
+    if (active.empty() || o.max_new_tokens == 0) break;
+    std::vector<typename model_type::batch_entry> step;
+    for (const std::size_t i : active) step.push_back({&seqs[i], std::span<const std::int32_t>(&generated[i].back(), 1)});
+    const std::vector<std::vector<float>> out = model.forward(std::span<const typename model_type::batch_entry>(step));
+    for (std::size_t j = 0; j < active.size(); ++j) logits[active[j]] = out[j];
+    ++decode_steps;
+    decode_tokens += static_cast<std::int64_t>(active.size());
+  }
+  if (o.max_new_tokens == 0) {
+    for (auto& g : generated) g.clear();
   }
   const double decode_s = std::chrono::duration<double>(clock_type::now() - t_decode).count();
   const dsa::model::phase_times decode_times = minus(model.phase_times(), prefill_times);
 
   std::cout << "generated ids:";
-  for (const std::int32_t id : generated) std::cout << ' ' << id;
+  for (const std::int32_t id : generated.front()) std::cout << ' ' << id;
   std::cout << "\n";
-  print_stage("prefill", static_cast<std::int64_t>(o.prompt.size()), prefill_s, prefill_times);
-  print_stage("decode", decode_steps, decode_s, decode_times);
+  for (std::size_t i = 1; i < batch; ++i) {
+    std::cout << "  sequence " << i << ":";
+    for (const std::int32_t id : generated[i]) std::cout << ' ' << id;
+    std::cout << "\n";
+  }
+  print_stage("prefill", static_cast<std::int64_t>(prompt_tokens), prefill_s, prefill_times,
+              batch > 1 ? static_cast<std::int64_t>(batch) : 0);
+  print_stage("decode", decode_tokens, decode_s, decode_times, batch > 1 ? static_cast<std::int64_t>(batch) : 0);
   if (decode_steps > 0 && decode_s > 0.0) {
-    // Mean cache bytes over the steps: step j (1 .. steps) attends over prompt + j positions.
+    // Per step: the weights once (the routed experts the batch's tokens meet), and each
+    // sequence's caches; the mean over the steps (step j attends over prompt + j positions).
     const decode_bytes db = decode_bytes_of(model.weights());
+    const double weights = db.weights_per_step(static_cast<double>(decode_tokens) / static_cast<double>(decode_steps));
     double cache = 0;
     const double k = static_cast<double>(cfg.index_topk);
-    for (std::int64_t j = 1; j <= decode_steps; ++j) {
-      const double len = static_cast<double>(static_cast<std::int64_t>(o.prompt.size()) + j);
-      cache += db.cache_fixed * std::min(k, len) + db.cache_per_key * len;
+    for (std::size_t i = 0; i < batch; ++i) {
+      for (std::size_t j = 1; j < generated[i].size(); ++j) {
+        const double len = static_cast<double>(prompts[i].size() + j);
+        cache += db.cache_fixed * std::min(k, len) + db.cache_per_key * len;
+      }
     }
     cache /= static_cast<double>(decode_steps);
-    const double tps = static_cast<double>(decode_steps) / decode_s;
-    std::cout << "  weights: " << megabytes(db.weights) << " read per token (+ " << megabytes(cache)
-              << " of KV and indexer cache) = " << fixed(db.weights * tps / 1e9, 2) << " GB/s of weights ("
-              << fixed((db.weights + cache) * tps / 1e9, 2) << " GB/s with the cache)\n";
+    const double sps = static_cast<double>(decode_steps) / decode_s;
+    std::cout << "  weights: " << megabytes(weights) << " read per " << (batch > 1 ? "step" : "token") << " (+ "
+              << megabytes(cache) << " of KV and indexer cache) = " << fixed(weights * sps / 1e9, 2)
+              << " GB/s of weights (" << fixed((weights + cache) * sps / 1e9, 2) << " GB/s with the cache)\n";
   }
-  std::cout << "memory: kv cache " << fixed(static_cast<double>(seq.cache_bytes()) / (1 << 20), 2)
-            << " MiB for " << seq.length() << " tokens, peak RSS " << fixed(static_cast<double>(peak_rss_bytes()) / (1 << 20), 1)
+  std::size_t cache_bytes = 0;
+  std::int64_t cached_tokens = 0;
+  std::optional<dsa::model::nonfinite_site> site;
+  for (const auto& seq : seqs) {
+    cache_bytes += seq.cache_bytes();
+    cached_tokens += seq.length();
+    if (!site && seq.first_nonfinite()) site = seq.first_nonfinite();
+  }
+  std::cout << "memory: kv cache " << fixed(static_cast<double>(cache_bytes) / (1 << 20), 2) << " MiB for "
+            << cached_tokens << " tokens, peak RSS " << fixed(static_cast<double>(peak_rss_bytes()) / (1 << 20), 1)
             << " MiB\n";
-  if (const auto& site = seq.first_nonfinite()) {
+  if (site) {
     std::cout.flush();
     std::cerr << "dsa_run: warning: the model's values stopped being finite in " << site->to_string()
               << "; the logits stayed finite, but the run is not a valid result (a weight or scale too large "
