@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -128,6 +128,34 @@ class Transformer:
         if site is not None and not had_site:
             logits = out[0] if trace else out
             if np.isfinite(logits).all():
+                warnings.warn(f"dsa: the model's values stopped being finite in {site['text']}; the logits "
+                              "stayed finite, but the run is not a valid result", NonFiniteWarning, stacklevel=2)
+        return out
+
+    def forward_batch(self, seqs: List[Sequence], tokens: List[Any], *, max_chunk: int = 4096,
+                      all_logits: bool = False, nonfinite: str = "error") -> List[np.ndarray]:
+        """Appends ``tokens[i]`` to ``seqs[i]`` for every i in one call (ragged: each sequence at
+        its own position, a prefill beside decode steps) and returns each sequence's float32
+        logits: [vocab] of its last token, or [t, vocab] of every new token with
+        ``all_logits``. Each weight is read once for the whole batch; a sequence's logits are the
+        same bits as when it runs alone (docs/design.md, "Batches"). The batch is checked whole
+        before anything runs; ``nonfinite`` as for ``forward``."""
+        op = "Transformer.forward_batch"
+        if not isinstance(seqs, (list, tuple)):
+            A.fail(op, "seqs", A.typed(seqs), "a list of dsa.Sequence")
+        if not isinstance(tokens, (list, tuple)):
+            A.fail(op, "tokens", A.typed(tokens), "a list of token arrays, one per sequence")
+        max_chunk = A.int_arg(op, "max_chunk", max_chunk)
+        all_logits = A.flag_arg(op, "all_logits", all_logits)
+        nonfinite = A.str_arg(op, "nonfinite", nonfinite, "'error' or 'propagate'")
+        if nonfinite not in ("error", "propagate"):
+            A.fail(op, "nonfinite", repr(nonfinite), "'error' or 'propagate'")
+        had = [s.first_nonfinite is not None if isinstance(s, Sequence) else True for s in seqs]
+        out = self._impl.forward_batch(list(seqs), [_tokens(t) for t in tokens], max_chunk, all_logits,
+                                       nonfinite == "propagate")
+        for s, h, logits in zip(seqs, had, out):
+            site = s.first_nonfinite
+            if site is not None and not h and np.isfinite(logits).all():
                 warnings.warn(f"dsa: the model's values stopped being finite in {site['text']}; the logits "
                               "stayed finite, but the run is not a valid result", NonFiniteWarning, stacklevel=2)
         return out

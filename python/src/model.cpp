@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -116,6 +117,55 @@ nb::object forward(py_transformer& t, dsa::model::sequence& seq, nb::handle toke
   return nb::make_tuple(out, layers);
 }
 
+// The batched forward: each sequence's tokens appended in one call (dsa::model::transformer's
+// forward(batch)); returns a list of float32 logits arrays, one per sequence.
+nb::list forward_batch(py_transformer& t, nb::list seqs, nb::list tokens, dsa::index_t max_chunk, bool all_logits,
+                       bool propagate_nonfinite) {
+  constexpr std::string_view op = "Transformer.forward_batch";
+  const std::size_t n = nb::len(seqs);
+  if (nb::len(tokens) != n) {
+    dsa::fail(op, "len(tokens)", nb::len(tokens), std::to_string(n) + " (one token array per sequence)");
+  }
+  std::vector<std::vector<std::int32_t>> ids(n);
+  std::vector<dsa::model::transformer<dsa::cpu_backend>::batch_entry> batch(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    dsa::model::sequence* seq = nullptr;
+    if (!nb::try_cast(seqs[i], seq) || seq == nullptr) {
+      dsa::fail(op, "seqs[" + std::to_string(i) + "]", dsa::quoted(nb::str(nb::type_name(seqs[i].type())).c_str()),
+                "a dsa.Sequence (Transformer.new_sequence)");
+    }
+    // Token ids as int32 (the library checks each against the vocabulary before anything runs).
+    for (const std::int64_t id : token_vector(tokens[i])) {
+      if (id < 0 || id > std::numeric_limits<std::int32_t>::max()) {
+        dsa::fail(op, "tokens[" + std::to_string(i) + "]", id, "token ids in [0, 2^31 - 1]");
+      }
+      ids[i].push_back(static_cast<std::int32_t>(id));
+    }
+    batch[i] = {seq, ids[i]};
+  }
+  dsa::model::forward_options opt;
+  opt.max_chunk = max_chunk;
+  opt.all_logits = all_logits;
+  if (propagate_nonfinite) opt.on_nonfinite = dsa::model::nonfinite_policy::propagate;
+  std::vector<std::vector<float>> logits;
+  {
+    nogil release;
+    std::lock_guard<std::mutex> lock(t.mutex);
+    logits = t.model.forward(std::span<const dsa::model::transformer<dsa::cpu_backend>::batch_entry>(batch), opt);
+  }
+  const auto vocab = static_cast<size_t>(t.model.config().vocab_size);
+  nb::list out;
+  for (std::vector<float>& l : logits) {
+    const size_t rows = l.size() / vocab;
+    if (all_logits) {
+      out.append(nb::cast(numpy_of(std::move(l), {rows, vocab})));
+    } else {
+      out.append(nb::cast(numpy_of(std::move(l), {vocab})));
+    }
+  }
+  return out;
+}
+
 nb::dict phase_times(const py_transformer& t) {
   const auto& p = t.model.phase_times();
   nb::dict d;
@@ -203,6 +253,8 @@ void bind_model(nb::module_& m) {
            nb::arg("max_tokens"))
       .def("forward", &forward, nb::arg("seq"), nb::arg("tokens"), nb::arg("max_chunk"), nb::arg("trace"),
            nb::arg("propagate_nonfinite"))
+      .def("forward_batch", &forward_batch, nb::arg("seqs"), nb::arg("tokens"), nb::arg("max_chunk"),
+           nb::arg("all_logits"), nb::arg("propagate_nonfinite"))
       .def_prop_ro("phase_times", &phase_times)
       .def("reset_phase_times", [](py_transformer& t) {
         std::lock_guard<std::mutex> lock(t.mutex);
