@@ -1,6 +1,7 @@
 // The golden model replay's memory against its input (issue 33, class 4): the replay streams the
-// batch rows, so without kept outputs it holds about as much for 16 rows as for two, and with
-// them (--dump, Python's validate_model) as much plus the outputs themselves; the kept outputs are
+// batch rows in groups of model_replay_group_rows (one batched forward per step), so without kept
+// outputs it holds about as much for 32 rows as for one group, and with them (--dump, Python's
+// validate_model) as much plus the outputs themselves; the kept outputs are
 // sized against a limit before the first row runs. Measured with a counting global operator new
 // (this executable only): what is live at the replay's peak, beyond what was live before it.
 #include <doctest/doctest.h>
@@ -131,43 +132,45 @@ std::int64_t output_bytes(const dsa_validate::model_case_result& r) {
 
 TEST_CASE("the model replay's memory does not grow with the batch, beyond the outputs it keeps") {
   // Issue 33: every row's buffers were kept until all rows were done (and then copied once more
-  // to stack them), so a 1.6 MB expected file of 400 prompts grew past 0.9 GB. 16 rows of 64
-  // tokens cost the old replay 16 x ~0.25 MB twice over. The tiny model itself (its weights,
-  // the KV cache of one sequence, the forward pass's buffers) is the same for any batch; batch 2
-  // is the reference rather than batch 1 because the model builds its decode weights in the first
-  // row's first decode step and keeps them, so only a second row's peak includes them. What does
-  // grow with the rows is the report (a few comparisons and lines per row, as the file's own
-  // per-row logits do), about 2.3 KB per row here.
-  constexpr dsa::index_t rows = 16, len = 64, steps = 2;
-  const crafted_dir two("b2", 2, len, steps), many("b16", rows, len, steps);
+  // to stack them), so a 1.6 MB expected file of 400 prompts grew past 0.9 GB. The replay now
+  // holds one group of rows at a time (model_replay_group_rows, replayed together); the tiny
+  // model itself (its weights, the forward pass's buffers) is the same for any batch. Two groups
+  // are the reference rather than one row because the replay holds a whole group's caches, and
+  // the model builds its decode weights in the first group's first decode step and keeps them, so
+  // only a second group's peak includes them. What does grow with the rows is the report (a few
+  // comparisons and lines per row, as the file's own per-row logits do), about 2.3 KB per row here.
+  constexpr dsa::index_t group = dsa_validate::model_detail::model_replay_group_rows;
+  constexpr dsa::index_t two_groups = 2 * group, rows = 6 * group, len = 64, steps = 2;
+  const crafted_dir one("group", two_groups, len, steps), many("many", rows, len, steps);
   const dsa::cpu_backend be{2};
   const dsa::index_t chunk = dsa::model::forward_options{}.max_chunk;
 
   // Warm up once, so that lazily built state of the process (thread pool, ...) is not counted in
   // the first measurement only.
-  (void)dsa_validate::run_model_case(be, two.dir, chunk, false);
+  (void)dsa_validate::run_model_case(be, one.dir, chunk, false);
 
-  SUBCASE("checks only (dsa_validate without --dump): batch 16 within 1.2 x batch 2") {
+  SUBCASE("checks only (dsa_validate without --dump): 6 groups of rows within 1.2 x two") {
     std::size_t comparisons = 0;
-    const std::int64_t m2 = peak_growth([&] { (void)dsa_validate::run_model_case(be, two.dir, chunk, false); });
-    const std::int64_t m16 = peak_growth([&] {
+    const std::int64_t m1 = peak_growth([&] { (void)dsa_validate::run_model_case(be, one.dir, chunk, false); });
+    const std::int64_t m4 = peak_growth([&] {
       const auto r = dsa_validate::run_model_case(be, many.dir, chunk, false);
       comparisons = r.result.comparisons.size();
       CHECK(r.result.outputs.empty());
     });
-    MESSAGE("peak growth: batch 2 " << m2 << " bytes, batch 16 " << m16 << " bytes");
+    MESSAGE("peak growth: batch " << two_groups << " " << m1 << " bytes, batch " << rows << " " << m4 << " bytes");
     CHECK(comparisons == static_cast<std::size_t>(rows * (steps + 1 + 1 + 3)));  // every row checked
-    CHECK(m16 <= m2 + m2 / 5);
+    CHECK(m4 <= m1 + m1 / 5);
   }
-  SUBCASE("with the outputs kept (--dump): batch 16 within 1.2 x batch 2 plus the outputs") {
-    std::int64_t dump = 0, dump2 = 0;
-    const std::int64_t m2 =
-        peak_growth([&] { dump2 = output_bytes(dsa_validate::run_model_case(be, two.dir, chunk, true)); });
-    const std::int64_t m16 =
+  SUBCASE("with the outputs kept (--dump): 6 groups within 1.2 x two plus the outputs") {
+    std::int64_t dump = 0, dump1 = 0;
+    const std::int64_t m1 =
+        peak_growth([&] { dump1 = output_bytes(dsa_validate::run_model_case(be, one.dir, chunk, true)); });
+    const std::int64_t m4 =
         peak_growth([&] { dump = output_bytes(dsa_validate::run_model_case(be, many.dir, chunk, true)); });
-    MESSAGE("peak growth: batch 2 " << m2 << " bytes, batch 16 " << m16 << " bytes, kept outputs " << dump << " bytes");
-    CHECK(dump == rows / 2 * dump2);  // the same layout, stacked
-    CHECK(m16 <= m2 + m2 / 5 + dump);
+    MESSAGE("peak growth: batch " << two_groups << " " << m1 << " bytes, batch " << rows << " " << m4
+                                  << " bytes, kept outputs " << dump << " bytes");
+    CHECK(dump == 3 * dump1);  // the same layout, stacked
+    CHECK(m4 <= m1 + m1 / 5 + dump);
   }
 }
 

@@ -132,24 +132,46 @@ inline double prefill_row_agreement(std::span<const std::int64_t> want, std::spa
   return double(common) / double(std::max(w.size(), g.size()));
 }
 
-// Replays one sequence: the prompt in balanced chunks of at most `chunk` tokens, then each
-// generated token teacher-forced. Hands each step's logits to on_logits(step, logits) and each
-// layer trace to on_trace(step, trace) as they come, and keeps nothing itself: the sequence's
-// caches are released on return.
+/// Rows of the expected file replayed together, in one batched forward call per step: the
+/// replay holds this many rows' caches and check state at a time, whatever the file's batch.
+inline constexpr index_t model_replay_group_rows = 8;
+
+// Replays the sequences of `prompts` (each a row's prompt) and `generated` (each its generated
+// tokens, all of `steps` tokens) together: the prompts in one batched call, prefilled in chunks of
+// at most `chunk` tokens (each sequence chunked alike: the same bits as alone), then each step's
+// generated tokens of every sequence in one call, teacher-forced. Hands each step's logits to
+// on_logits(i, step, logits) and each layer trace to on_trace(i, step, trace) as they come, i the
+// sequence's index in `prompts`, and keeps nothing itself: the caches are released on return.
 template <class Model, class OnLogits, class OnTrace>
-void replay_row(Model& m, std::span<const std::int64_t> prompt, std::span<const std::int64_t> generated, index_t chunk,
-                OnLogits&& on_logits, OnTrace&& on_trace) {
-  const index_t len = static_cast<index_t>(prompt.size()), steps = static_cast<index_t>(generated.size());
-  auto seq = m.new_sequence(len + steps);
+void replay_rows(Model& m, const std::vector<std::span<const std::int64_t>>& prompts,
+                 const std::vector<std::span<const std::int64_t>>& generated, index_t steps, index_t chunk,
+                 OnLogits&& on_logits, OnTrace&& on_trace) {
+  const std::size_t n = prompts.size();
+  std::vector<typename Model::sequence_type> seqs;
+  std::vector<std::vector<std::int32_t>> ids(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    seqs.push_back(m.new_sequence(static_cast<index_t>(prompts[i].size()) + steps));
+    for (const std::int64_t id : prompts[i]) ids[i].push_back(static_cast<std::int32_t>(id));
+  }
   auto options = [&](index_t step) {
     dsa::model::forward_options o;
     o.max_chunk = chunk;
-    o.observer = [&on_trace, step](const dsa::model::layer_trace& tr) { on_trace(step, tr); };
+    o.observer = [&on_trace, step](const dsa::model::layer_trace& tr) {
+      on_trace(static_cast<std::size_t>(tr.sequence), step, tr);
+    };
     return o;
   };
-  on_logits(index_t{0}, m.forward(seq, prompt, options(0)));
+  std::vector<typename Model::batch_entry> batch(n);
+  for (std::size_t i = 0; i < n; ++i) batch[i] = {&seqs[i], ids[i]};
+  auto logits = m.forward(std::span<const typename Model::batch_entry>(batch), options(0));
+  for (std::size_t i = 0; i < n; ++i) on_logits(i, index_t{0}, logits[i]);
   for (index_t s = 0; s < steps; ++s) {
-    on_logits(s + 1, m.forward(seq, generated.subspan(static_cast<std::size_t>(s), 1), options(s + 1)));
+    for (std::size_t i = 0; i < n; ++i) {
+      ids[i].assign(1, static_cast<std::int32_t>(generated[i][static_cast<std::size_t>(s)]));
+      batch[i] = {&seqs[i], ids[i]};
+    }
+    logits = m.forward(std::span<const typename Model::batch_entry>(batch), options(s + 1));
+    for (std::size_t i = 0; i < n; ++i) on_logits(i, s + 1, logits[i]);
   }
 }
 
@@ -505,9 +527,10 @@ class replay_checks {
 /// comparisons keep their plain names (step0.logits); with B > 1 they carry the row,
 /// step0.logits[b].
 ///
-/// Rows are streamed: each row's logits and traces are compared with the file's row as they
-/// arrive and the row's state is released before the next row runs, so without keep_outputs the
-/// replay's memory does not grow with B. With keep_outputs the computed tensors are written, row
+/// Rows are streamed in groups of model_replay_group_rows, each group in one batched forward call
+/// per step (a row's results are the same bits as alone): each row's logits and traces are
+/// compared with the file's row as they arrive and the group's state is released before the next
+/// group runs, so without keep_outputs the replay's memory does not grow with B beyond a group. With keep_outputs the computed tensors are written, row
 /// by row, into the expected file's [B, ...] layout (result.outputs, for --dump), whose total
 /// size is checked against max_kept_bytes (model_replay_max_kept_bytes) before the first row.
 ///
@@ -549,14 +572,22 @@ model_case_result run_model_case(const B& be, const std::filesystem::path& dir,
   const index_t pieces = dsa::ceil_div(len, max_chunk);
   const index_t chunk = dsa::ceil_div(len, pieces);
 
-  for (index_t b = 0; b < batch; ++b) {
-    auto row = checks.start_row(b);
-    replay_row(
-        m, prompt.span().subspan(static_cast<std::size_t>(b * len), static_cast<std::size_t>(len)),
-        generated.span().subspan(static_cast<std::size_t>(b * steps), static_cast<std::size_t>(steps)), chunk,
-        [&](index_t s, const std::vector<float>& logits) { checks.logits(row, s, logits); },
-        [&](index_t s, const dsa::model::layer_trace& tr) { checks.trace(row, s, tr); });
-    checks.finish_row(row);
+  // Groups of rows in one batched forward per step (rows of a file share the prompt length); each
+  // row checked as it arrives, and the group released before the next.
+  for (index_t b0 = 0; b0 < batch; b0 += model_replay_group_rows) {
+    const index_t b1 = std::min(batch, b0 + model_replay_group_rows);
+    std::vector<replay_checks::row_state> rows;
+    std::vector<std::span<const std::int64_t>> prompts, gens;
+    for (index_t b = b0; b < b1; ++b) {
+      rows.push_back(checks.start_row(b));
+      prompts.push_back(prompt.span().subspan(static_cast<std::size_t>(b * len), static_cast<std::size_t>(len)));
+      gens.push_back(generated.span().subspan(static_cast<std::size_t>(b * steps), static_cast<std::size_t>(steps)));
+    }
+    replay_rows(
+        m, prompts, gens, steps, chunk,
+        [&](std::size_t i, index_t s, const std::vector<float>& logits) { checks.logits(rows[i], s, logits); },
+        [&](std::size_t i, index_t s, const dsa::model::layer_trace& tr) { checks.trace(rows[i], s, tr); });
+    for (auto& r : rows) checks.finish_row(r);
   }
   return checks.finish();
 }

@@ -107,7 +107,7 @@ class transformer {
   /// attention and the indexer run per sequence over its own caches. A sequence's results are the
   /// same bits alone or in any batch (docs/design.md, "Batches"). Every entry is checked before
   /// anything runs (its tokens as forward(seq, tokens) checks them, and no sequence twice); the
-  /// batch is processed in rounds of at most forward_options::max_chunk tokens.
+  /// batch is processed in rounds of at most forward_options::max_chunk tokens per sequence.
   std::vector<std::vector<float>> forward(std::span<const batch_entry> batch, const forward_options& opt = {});
 
   /// Appends `tokens` to `seq` and returns the logits [vocab] of the last one (fp32, on the host):
@@ -189,22 +189,22 @@ std::vector<std::vector<float>> transformer<Backend>::forward(std::span<const ba
   for (const batch_entry& e : batch) {
     backend_resources<Backend>::reserve(*e.seq, e.seq->length() + static_cast<index_t>(e.tokens.size()), be_);
   }
-  // Rounds of at most max_chunk tokens, the entries in order (chunk boundaries do not change a
-  // sequence's results: the chunked prefill equals the one-shot one bit for bit).
+  // Rounds: round r runs the r-th chunk (of at most max_chunk tokens) of every entry that has one.
+  // Each sequence is chunked exactly as forward(seq, tokens) chunks it alone: where a chunk ends
+  // decides whether a lone token takes the prefill or the decode path, so chunking by the batch's
+  // total would change a sequence's results with its neighbours.
   const index_t call_begin = batch.size() == 1 ? batch.front().seq->length() : 0;  // progress: positions for one
   std::vector<std::vector<float>> logits(batch.size());
-  std::vector<index_t> done(batch.size(), 0);
   index_t processed = 0;
-  while (processed < total) {
+  for (index_t begin = 0; processed < total; begin += opt.max_chunk) {
     std::vector<round_part> round;
     index_t used = 0;
-    for (std::size_t i = 0; i < batch.size() && used < opt.max_chunk; ++i) {
-      const index_t left = static_cast<index_t>(batch[i].tokens.size()) - done[i];
-      if (left == 0) continue;
-      const index_t n = std::min(left, opt.max_chunk - used);
-      round.push_back({i, done[i], done[i] + n, n == left});
-      done[i] += n;
-      used += n;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const index_t n = static_cast<index_t>(batch[i].tokens.size());
+      if (begin >= n) continue;
+      const index_t end = std::min(n, begin + opt.max_chunk);
+      round.push_back({i, begin, end, end == n});
+      used += end - begin;
     }
     forward_round(batch, round, opt, call_begin + processed, call_begin + total, logits);
     processed += used;
