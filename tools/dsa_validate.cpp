@@ -34,7 +34,7 @@
 
 #include "dsa/core/config.hpp"
 #include "dsa/core/error.hpp"
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
 #include "dsa/model/safetensors.hpp"
 #include "validate/executor.hpp"
 #include "validate/model_cases.hpp"
