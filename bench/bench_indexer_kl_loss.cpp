@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
+#include "dsa/cpu/arch/parallel.hpp"
 #include "dsa/cpu/indexer_kl_loss.hpp"
-#include "dsa/cpu/parallel.hpp"
 #include "dsa/ops/indexer_kl_loss.hpp"
 
 namespace {

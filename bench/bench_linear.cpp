@@ -35,8 +35,8 @@
 #include <thread>
 #include <vector>
 
+#include "dsa/cpu/arch/parallel.hpp"
 #include "dsa/cpu/linear.hpp"
-#include "dsa/cpu/parallel.hpp"
 #include "dsa/ops/linear.hpp"
 
 namespace {
@@ -50,7 +50,7 @@ using dsa::index_t;
 constexpr std::size_t kProbeBytes = std::size_t{512} << 20;  // per array: 2x a 256 MB last-level cache
 
 typedef float v8f __attribute__((vector_size(32)));
-#if defined(__AVX512F__)
+#if DSA_CPU_HAS_AVX512
 typedef float vwide __attribute__((vector_size(64)));
 #else
 typedef float vwide __attribute__((vector_size(32)));
@@ -383,7 +383,7 @@ void parts_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"part", "t"});
   for (int part = 0; part < 3; ++part) b->Args({part, 1});
   for (int part : {3, 4}) {
-    if (part == 3 && !DSA_LINEAR_AVX512) continue;
+    if (part == 3 && !DSA_CPU_HAS_AVX512) continue;
     for (int t = 1; t <= 4; ++t) b->Args({part, t});
   }
   b->MinTime(0.3);

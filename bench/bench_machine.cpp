@@ -7,12 +7,23 @@
 
 #include <atomic>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/isa.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
 
 namespace {
+
+// The ISA level and features this benchmark was compiled for (cpu/arch/isa.hpp; the bench preset
+// builds every benchmark with the same flags), in the benchmark context and so in its JSON.
+[[maybe_unused]] const bool isa_context = [] {
+  benchmark::AddCustomContext("dsa_cpu_isa",
+                              std::string(dsa::cpu_detail::isa_level_name(dsa::cpu_detail::compiled_isa_level())));
+  benchmark::AddCustomContext("dsa_cpu_isa_features", std::string(dsa::cpu_detail::compiled_isa_features()));
+  return true;
+}();
 
 // 8-wide fp32 vectors through GCC/Clang vector extensions: with -march=native they compile to
 // AVX2/AVX-512 FMAs, without it to whatever the baseline ISA has (the probe then measures that).

@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "cli_args.hpp"
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
 #include "dsa/model/sampling.hpp"
 #include "dsa/model/transformer.hpp"
 #ifdef DSA_RUN_CUDA

@@ -35,7 +35,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/error.hpp"
 #include "dsa/core/quote.hpp"
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
 #include "dsa/model/nonfinite.hpp"
 #include "dsa/model/safetensors.hpp"
 #include "validate/executor.hpp"

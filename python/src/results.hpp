@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common.hpp"
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
 #include "validate/golden_format.hpp"
 
 namespace dsa_py {

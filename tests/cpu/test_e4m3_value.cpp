@@ -1,6 +1,6 @@
-// cpu/e4m3_value.hpp: the CPU kernels' e4m3 decode against fp8_e4m3::to_float for all 256 codes
-// (NaN codes: a quiet NaN with the code's sign), scalar and 16-lane forms, also with the
-// flush-to-zero and denormals-are-zero modes that -ffast-math programs set.
+// cpu/kernels/e4m3_value.hpp: the CPU kernels' e4m3 decode against fp8_e4m3::to_float for all
+// 256 codes (NaN codes: a quiet NaN with the code's sign), scalar and 16-lane forms, also with
+// the flush-to-zero and denormals-are-zero modes that -ffast-math programs set.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,7 +12,7 @@
 #endif
 
 #include "dsa/core/types.hpp"
-#include "dsa/cpu/e4m3_value.hpp"
+#include "dsa/cpu/kernels/e4m3_value.hpp"
 
 namespace {
 
@@ -37,7 +37,7 @@ int mismatches(Decode decode) {
 
 void check_every_code() {
   CHECK(mismatches([](int c) { return dsa::cpu_detail::e4m3_value(static_cast<std::uint32_t>(c)); }) == 0);
-#if defined(__AVX512F__)
+#if DSA_CPU_HAS_AVX512
   float all[256];
   for (int c0 = 0; c0 < 256; c0 += 16) {
     std::uint8_t codes[16];

@@ -1,5 +1,5 @@
-// cpu/exp_via_double.hpp: the vectorised exp gives the bits of the scalar sparse_mha_exp for
-// every input class: samples of every binade of either sign that the fast path takes, the edges
+// cpu/kernels/exp_via_double.hpp: the vectorised exp gives the bits of the scalar sparse_mha_exp
+// for every input class: samples of every binade of either sign that the fast path takes, the edges
 // of that path, the inputs it leaves to the scalar function (subnormal, overflowing, infinite,
 // NaN), in place and out of place, for lengths around the block size.
 #include <doctest/doctest.h>
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "dsa/cpu/exp_via_double.hpp"
+#include "dsa/cpu/kernels/exp_via_double.hpp"
 #include "dsa/numerics/sparse_mha_attention.hpp"
 
 namespace {

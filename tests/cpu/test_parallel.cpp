@@ -1,6 +1,6 @@
 // cpu_detail::parallel_for: an exact static partition of [0, n) into contiguous chunks, run on
-// the persistent pool of cpu/thread_pool.hpp (workers reused, exceptions rethrown to the caller,
-// nested calls inline, concurrent callers).
+// the persistent pool of cpu/arch/thread_pool.hpp (workers reused, exceptions rethrown to the
+// caller, nested calls inline, concurrent callers).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -20,7 +20,7 @@
 #endif
 
 #include "dsa/core/backend.hpp"
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
 
 using dsa::index_t;
 

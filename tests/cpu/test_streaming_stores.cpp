@@ -1,4 +1,4 @@
-// cpu/streaming_stores.hpp: when kernels write around the caches (the bits are tested with the
+// cpu/arch/streaming_stores.hpp: when kernels write around the caches (the bits are tested with the
 // kernels that stream, e.g. tests/ops/test_hadamard.cpp).
 #include <doctest/doctest.h>
 
@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "dsa/core/backend.hpp"
-#include "dsa/cpu/streaming_stores.hpp"
+#include "dsa/cpu/arch/streaming_stores.hpp"
 
 using dsa::cpu_detail::parse_cache_size;
 

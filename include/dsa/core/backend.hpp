@@ -32,9 +32,9 @@ struct cpu_backend {
   static constexpr const char* name = "cpu";
   int num_threads = 0;
   /// Outputs of at least this many bytes are written with non-temporal stores by the kernels
-  /// that support them (cpu/streaming_stores.hpp): they bypass the caches, which such an output
-  /// would not fit anyway, and save reading every line before writing it. 0 = the size of the
-  /// last-level cache; SIZE_MAX = never. Results are the same bits either way.
+  /// that support them (cpu/arch/streaming_stores.hpp): they bypass the caches, which such an
+  /// output would not fit anyway, and save reading every line before writing it. 0 = the size of
+  /// the last-level cache; SIZE_MAX = never. Results are the same bits either way.
   std::size_t streaming_store_bytes = 0;
   /// The k-block sum of fp8_linear (see fp8_dot). docs/decisions.md says why exact is the default.
   fp8_dot fp8_block_dot = fp8_dot::exact;

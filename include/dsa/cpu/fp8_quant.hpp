@@ -15,21 +15,19 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-#include <immintrin.h>
-#define DSA_FP8_QUANT_AVX512 1
-#else
-#define DSA_FP8_QUANT_AVX512 0
-#endif
-
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
-#include "dsa/cpu/avx512_io.hpp"
-#include "dsa/cpu/parallel.hpp"
-#include "dsa/cpu/prefetch.hpp"
+#include "dsa/cpu/arch/avx512_io.hpp"
+#include "dsa/cpu/arch/isa.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
+#include "dsa/cpu/arch/prefetch.hpp"
 #include "dsa/numerics/fp8_quant.hpp"
 #include "dsa/ops/fp8_quant.hpp"
+
+#if DSA_CPU_HAS_AVX512
+#include <immintrin.h>
+#endif
 
 DSA_NAMESPACE_BEGIN
 
@@ -55,7 +53,7 @@ DSA_FORCEINLINE std::uint8_t fp8_quant_encode_clamped(float v) {
   return static_cast<std::uint8_t>(a > 0x7F800000u ? 0x7Fu : (sign | code));
 }
 
-#if DSA_FP8_QUANT_AVX512
+#if DSA_CPU_HAS_AVX512
 // The clamp of fp8_quant_group and fp8_quant_encode_clamped on 16 lanes; the 16 codes. The
 // clamp to +-448 is folded into the final min(code, 0x7E): the normal-range formula is monotonic
 // in |v| and gives 0x7E at 448, so every |v| >= 448 (inf included) ends at 0x7E either way.
@@ -102,7 +100,7 @@ template <class T>
 float fp8_quant_abs_max(const T* x, index_t len) {
   std::uint32_t m = 0;
   index_t i = 0;
-#if DSA_FP8_QUANT_AVX512
+#if DSA_CPU_HAS_AVX512
   if constexpr (std::is_same_v<T, bf16>) {
     // On the 16-bit patterns directly, 32 per instruction (abs_bits is the same max shifted).
     if (len >= 32) {
@@ -140,7 +138,7 @@ void fp8_quant_group(const T* x, index_t len, float s, fp8_e4m3* q) {
   const bool pow2 = (sb & 0x807FFFFFu) == 0u && exp >= 1u && exp <= 253u;
   const float inv = detail::bits_float((254u - exp) << 23);
   index_t i = 0;
-#if DSA_FP8_QUANT_AVX512
+#if DSA_CPU_HAS_AVX512
   if (pow2) {
     const __m512 iv = _mm512_set1_ps(inv);
     for (; i + 16 <= len; i += 16) {
@@ -186,7 +184,7 @@ inline const float* fp8_quant_e4m3_values() {
 template <class T>
 void fp8_dequant_range(const fp8_e4m3* q, index_t len, float s, T* y, const float* values) {
   index_t i = 0;
-#if DSA_FP8_QUANT_AVX512
+#if DSA_CPU_HAS_AVX512
   // A NaN scale stays on the scalar loop: NaN code * NaN scale returns one of the two NaNs, and
   // which one depends on the operand order the compiler picks for each loop.
   const __m512 sv = _mm512_set1_ps(s);

@@ -16,7 +16,7 @@
 // 128, 256, 512 in one pass), and the scale and the narrowing are fused into the last step,
 // which takes 32 consecutive floats at a time so that bf16 narrows two registers per instruction
 // (AVX512-BF16). n = 128 rows never leave the registers. bf16 outputs larger than the
-// last-level cache go around it in that last step (cpu/streaming_stores.hpp), on rows that
+// last-level cache go around it in that last step (cpu/arch/streaming_stores.hpp), on rows that
 // start on a 64-byte boundary.
 #pragma once
 
@@ -28,22 +28,17 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
-#include "dsa/cpu/avx512_io.hpp"
-#include "dsa/cpu/parallel.hpp"
-#include "dsa/cpu/prefetch.hpp"
-#include "dsa/cpu/streaming_stores.hpp"
+#include "dsa/cpu/arch/avx512_io.hpp"
+#include "dsa/cpu/arch/isa.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
+#include "dsa/cpu/arch/prefetch.hpp"
+#include "dsa/cpu/arch/streaming_stores.hpp"
 #include "dsa/numerics/hadamard.hpp"
 #include "dsa/ops/hadamard.hpp"
 
-#if defined(DSA_CPU_AVX512_IO)
-#define DSA_HADAMARD_AVX512 1
-#else
-#define DSA_HADAMARD_AVX512 0
-#endif
-
 DSA_NAMESPACE_BEGIN
 
-#if DSA_HADAMARD_AVX512
+#if DSA_CPU_HAS_AVX512
 namespace cpu_detail {
 
 // Stride H (1, 2, 4 or 8) within one register: lane j pairs with lane j ^ H; the lower lane gets
@@ -176,7 +171,7 @@ void hadamard_radix_pass(float* s, index_t n, index_t h, T* y, __m512 sc) {
 // as their fp32 row; it may be y, never x). Returns false when the row holds a NaN, having
 // written at most `s`: the caller then runs the scalar loops, so that NaN payloads propagate
 // exactly as they always have. Stream: rows longer than 128 write y with streaming stores
-// (cpu/streaming_stores.hpp; y then 64-byte aligned and not `s`).
+// (cpu/arch/streaming_stores.hpp; y then 64-byte aligned and not `s`).
 template <bool Stream, class T>
 bool hadamard_row_avx512(const T* x, T* y, index_t n, float scale, float* s) {
   const __m512 sc = _mm512_set1_ps(scale);
@@ -234,7 +229,7 @@ struct op_impl<cpu_backend, hadamard_transform_op> {
     const hadamard_plan plan = make_hadamard_plan(x.extent(1));
     // About 64K elements per task: enough work to pay for a thread.
     const index_t grain = std::max<index_t>(1, (index_t{1} << 16) / plan.n);
-#if DSA_HADAMARD_AVX512
+#if DSA_CPU_HAS_AVX512
     if (plan.base == 1 && plan.n >= 16) {
       // bf16 output rows longer than 128 can stream (fp32 ones are their own scratch below,
       // which measured faster from memory than a separate scratch and streaming stores).

@@ -14,7 +14,7 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
 #include "dsa/numerics/indexer_kl_loss.hpp"
 #include "dsa/ops/indexer_kl_loss.hpp"
 

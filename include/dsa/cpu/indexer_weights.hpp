@@ -3,7 +3,7 @@
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
 #include "dsa/numerics/indexer_weights.hpp"
 #include "dsa/ops/indexer_weights.hpp"
 

@@ -8,7 +8,7 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
 #include "dsa/numerics/moe_routing.hpp"
 #include "dsa/ops/moe_routing.hpp"
 

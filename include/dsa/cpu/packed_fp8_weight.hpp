@@ -46,15 +46,16 @@
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/isa.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
 #include "dsa/numerics/linear.hpp"
 
 DSA_NAMESPACE_BEGIN
 
 /// Rows per packed group on this build's widest vectors (see the file comment).
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if DSA_CPU_HAS_AVX512
 inline constexpr index_t packed_fp8_group_rows = 16;
-#elif defined(__AVX__)
+#elif DSA_CPU_HAS_AVX
 inline constexpr index_t packed_fp8_group_rows = 8;
 #else
 inline constexpr index_t packed_fp8_group_rows = 4;

@@ -4,7 +4,7 @@
 // out = sum_j fl32(p_j · v_j) in entry order; so results are bit-identical for every thread count
 // and between the two paths below, and equal to the plain loop of
 // tests/support/sparse_mha_sequence.hpp. The dots run in the register-blocked micro-kernels of
-// cpu/attention_tiles.hpp on rows decoded to fp32 once per work item.
+// cpu/kernels/attention_tiles.hpp on rows decoded to fp32 once per work item.
 //
 //   - Shared keys (k_nope and v broadcast over heads, stride(1) == 0: the absorbed MQA decode over
 //     the latent cache): a work item is a token and a group of its heads; the logits are
@@ -27,9 +27,9 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
-#include "dsa/cpu/attention_tiles.hpp"
-#include "dsa/cpu/exp_via_double.hpp"
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
+#include "dsa/cpu/kernels/attention_tiles.hpp"
+#include "dsa/cpu/kernels/exp_via_double.hpp"
 #include "dsa/numerics/sparse_mha_attention.hpp"
 #include "dsa/ops/sparse_mha_attention.hpp"
 

@@ -3,8 +3,8 @@
 // A work item is a query token and a group of its heads. It walks the token's used kv entries
 // in tiles of sparse_mla_key_tile rows, decodes each tile once into fp32 (bf16 -> fp32, or the
 // FP8 row decode) and shares it between all the heads of the group, which is what makes MQA
-// attention compute-bound. Per tile, the two micro-kernels of cpu/attention_tiles.hpp: the logits
-// vectorised over heads, and P·V as a partial sum per tile added to the accumulator.
+// attention compute-bound. Per tile, the two micro-kernels of cpu/kernels/attention_tiles.hpp: the
+// logits vectorised over heads, and P·V as a partial sum per tile added to the accumulator.
 // The online softmax between them is the scalar sequence of numerics/online_softmax.hpp.
 //
 // Every output element is computed by the same sequence of operations however heads and tokens
@@ -26,9 +26,9 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
-#include "dsa/cpu/attention_tiles.hpp"
-#include "dsa/cpu/e4m3_value.hpp"
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
+#include "dsa/cpu/kernels/attention_tiles.hpp"
+#include "dsa/cpu/kernels/e4m3_value.hpp"
 #include "dsa/numerics/kv_cache.hpp"
 #include "dsa/numerics/online_softmax.hpp"
 #include "dsa/numerics/sparse_mla_attention.hpp"

@@ -23,20 +23,18 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-#include <immintrin.h>
-#define DSA_TOPK_AVX512 1
-#else
-#define DSA_TOPK_AVX512 0
-#endif
-
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/isa.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
 #include "dsa/numerics/paging.hpp"
 #include "dsa/numerics/topk.hpp"
 #include "dsa/ops/topk.hpp"
+
+#if DSA_CPU_HAS_AVX512
+#include <immintrin.h>
+#endif
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
@@ -65,7 +63,7 @@ inline std::uint32_t topk_find_bucket(const std::uint32_t* histogram, std::uint3
   return 0u;
 }
 
-#if DSA_TOPK_AVX512
+#if DSA_CPU_HAS_AVX512
 // topk_radix_key of 16 scores: bit-identical to the scalar function (tested over special values
 // and random bit patterns).
 DSA_FORCEINLINE __m512i topk_keys16(const float* x) {
@@ -87,7 +85,7 @@ inline void topk_histogram(const float* x, index_t len, std::uint32_t* hist) {
   alignas(64) std::uint32_t sub[4][topk_cpu_buckets0];
   std::memset(sub, 0, sizeof sub);
   index_t j = 0;
-#if DSA_TOPK_AVX512
+#if DSA_CPU_HAS_AVX512
   // Digits of 256 scores at a time go through a small buffer: the scalar increments then load
   // them from L1 instead of forwarding from the vector stores just issued.
   alignas(64) std::uint32_t d[256];
@@ -118,7 +116,7 @@ inline index_t topk_collect(const float* x, index_t len, std::uint32_t lo, std::
                             std::uint32_t* keys) {
   index_t w = 0;
   index_t j = 0;
-#if DSA_TOPK_AVX512
+#if DSA_CPU_HAS_AVX512
   const __m512i lo_v = _mm512_set1_epi32(static_cast<int>(lo));
   __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)),
                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
@@ -151,7 +149,7 @@ inline index_t topk_select_prefix(const std::uint32_t* src, index_t len, int shi
                                   std::uint32_t* dst) {
   index_t w = 0;
   index_t i = 0;
-#if DSA_TOPK_AVX512
+#if DSA_CPU_HAS_AVX512
   const __m512i want = _mm512_set1_epi32(static_cast<int>(prefix));
   const __m128i sh = _mm_cvtsi32_si128(shift);
   for (; i + 16 <= len; i += 16) {
@@ -174,7 +172,7 @@ inline index_t topk_select_prefix(const std::uint32_t* src, index_t len, int shi
 inline index_t topk_emit(const std::uint32_t* pos, const std::uint32_t* keys, index_t len, std::uint32_t threshold,
                          std::uint32_t& ties_left, index_t start, std::int32_t* out, index_t written) {
   index_t i = 0;
-#if DSA_TOPK_AVX512 && defined(__BMI2__)
+#if DSA_CPU_HAS_AVX512 && DSA_CPU_HAS_BMI2
   const __m512i t = _mm512_set1_epi32(static_cast<int>(threshold));
   const __m512i base = _mm512_set1_epi32(static_cast<int>(start));
   for (; i < len; i += 16) {

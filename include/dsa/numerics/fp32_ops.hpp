@@ -16,14 +16,10 @@
 #include <cmath>
 
 #include "dsa/core/config.hpp"
-
-/// 1 where the host target has fused multiply-add instructions (so std::fma is one instruction
-/// and g++ may contract `a * b + c`), else 0.
-#if defined(__FMA__) || defined(__FP_FAST_FMAF) || defined(__aarch64__)
-#define DSA_HOST_HAS_FMA 1
-#else
-#define DSA_HOST_HAS_FMA 0
-#endif
+// DSA_CPU_HAS_SCALAR_FMA: 1 where the host target has fused multiply-add instructions (so
+// std::fma is one instruction and g++ may contract `a * b + c`), else 0. Host-side only: the
+// device pass takes the intrinsics below.
+#include "dsa/cpu/arch/isa.hpp"
 
 DSA_NAMESPACE_BEGIN
 namespace detail {
@@ -32,7 +28,7 @@ namespace detail {
 DSA_HOST_DEVICE DSA_FORCEINLINE float mul_rn(float a, float b) {
 #if DSA_DEVICE_COMPILE
   return __fmul_rn(a, b);
-#elif DSA_HOST_HAS_FMA
+#elif DSA_CPU_HAS_SCALAR_FMA
   return std::fma(a, b, -0.0f);
 #else
   return static_cast<float>(static_cast<double>(a) * static_cast<double>(b));
@@ -45,7 +41,7 @@ DSA_HOST_DEVICE DSA_FORCEINLINE float mul_rn(float a, float b) {
 DSA_HOST_DEVICE DSA_FORCEINLINE float fma_if_fast(float a, float b, float c) {
 #if DSA_DEVICE_COMPILE
   return __fmaf_rn(a, b, c);
-#elif DSA_HOST_HAS_FMA
+#elif DSA_CPU_HAS_SCALAR_FMA
   return std::fma(a, b, c);
 #else
   return c + mul_rn(a, b);

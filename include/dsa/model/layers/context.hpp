@@ -163,7 +163,7 @@ void project(const layer_context<B>& ctx, tensor_view<XT, 2, typename B::memory_
   if (w.fp8()) {
     if constexpr (std::is_same_v<B, cpu_backend>) {
       if (w.packed) {
-        fp8_linear(ctx.be, x, *w.packed, w.scale, y, ctx.act_format);  // dsa/cpu/linear.hpp
+        fp8_linear(ctx.be, x, *w.packed, w.scale, y, ctx.act_format);  // dsa/cpu/fp8_linear.hpp
         return;
       }
     }

@@ -26,7 +26,7 @@
 
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
-#include "dsa/cpu/parallel.hpp"
+#include "dsa/cpu/arch/parallel.hpp"
 #include "dsa/model/layers/context.hpp"
 #include "dsa/model/layers/indexer.hpp"
 #include "dsa/model/weights.hpp"

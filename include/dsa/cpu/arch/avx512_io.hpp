@@ -1,16 +1,16 @@
 // Loading and storing 16 fp32 lanes of an AVX-512 register as float or bf16, shared by the CPU
 // kernels that keep fp32 in registers (Hadamard, FP8 quantizers). Narrowing to bf16 is
 // bf16::from_float_bits on every lane (round to nearest even, NaN kept quiet), so a kernel's
-// results do not depend on which of these paths it takes.
+// results do not depend on which of these paths it takes. Empty unless DSA_CPU_HAS_AVX512.
 #pragma once
 
-#if defined(__AVX512F__)
+#include "dsa/cpu/arch/isa.hpp"
+
+#if DSA_CPU_HAS_AVX512
 #include <immintrin.h>
 
 #include "dsa/core/config.hpp"
 #include "dsa/core/types.hpp"
-
-#define DSA_CPU_AVX512_IO 1
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
@@ -34,7 +34,7 @@ DSA_FORCEINLINE __m256i avx512_narrow16(__m512 v) {
 
 /// (lo, hi), two registers of 16 consecutive values, narrowed to 32 consecutive bf16.
 DSA_FORCEINLINE __m512i avx512_narrow32(__m512 lo, __m512 hi) {
-#if defined(__AVX512BF16__)
+#if DSA_CPU_HAS_AVX512BF16
   // VCVTNE2PS2BF16 rounds to nearest even and quiets NaNs exactly as bf16::from_float_bits does
   // (checked over all 2^32 inputs), one instruction for 32 lanes instead of about ten per 16,
   // but it flushes subnormal inputs to zero: registers holding one take the integer path.
@@ -59,7 +59,8 @@ DSA_FORCEINLINE void avx512_store32(float* y, __m512 lo, __m512 hi) {
 }
 DSA_FORCEINLINE void avx512_store32(bf16* y, __m512 lo, __m512 hi) { _mm512_storeu_si512(y, avx512_narrow32(lo, hi)); }
 
-/// avx512_store32 as one non-temporal store (cpu/streaming_stores.hpp): y must be 64-byte aligned.
+/// avx512_store32 as one non-temporal store (cpu/arch/streaming_stores.hpp): y must be 64-byte
+/// aligned.
 DSA_FORCEINLINE void avx512_stream32(bf16* y, __m512 lo, __m512 hi) {
   _mm512_stream_si512(reinterpret_cast<__m512i*>(y), avx512_narrow32(lo, hi));
 }

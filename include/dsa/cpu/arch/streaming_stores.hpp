@@ -16,11 +16,12 @@
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
+#include "dsa/cpu/arch/isa.hpp"
 
 #if __has_include(<unistd.h>)
 #include <unistd.h>
 #endif
-#if defined(__SSE2__)
+#if DSA_CPU_HAS_SSE2
 #include <immintrin.h>
 #endif
 
@@ -84,7 +85,7 @@ inline bool streaming_aligned(const void* p) { return (reinterpret_cast<std::uin
 /// "chunk done"): streaming stores are weakly ordered, so a kernel that used them calls this
 /// before it returns.
 inline void streaming_fence() {
-#if defined(__SSE2__)
+#if DSA_CPU_HAS_SSE2
   _mm_sfence();
 #endif
 }

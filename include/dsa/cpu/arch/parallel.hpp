@@ -2,17 +2,20 @@
 //
 // Work is split over independent index ranges (rows, heads, blocks) with a static partition, so
 // no floating-point reduction ever depends on the thread count: results are bit-identical for
-// every dsa::cpu_backend{n}. The chunks run on the persistent workers of cpu/thread_pool.hpp
+// every dsa::cpu_backend{n}. The chunks run on the persistent workers of cpu/arch/thread_pool.hpp
 // (no thread is started per call); a parallel_for issued from inside a body runs inline.
+// parallel_items hands out work items dynamically instead, for items of very unequal cost; each
+// item's result still depends on the item alone.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
-#include "dsa/cpu/thread_pool.hpp"
+#include "dsa/cpu/arch/thread_pool.hpp"
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
@@ -49,6 +52,25 @@ void parallel_for(const cpu_backend& be, index_t n, index_t grain, Body&& body) 
     x.body(x.n * c / x.chunks, x.n * (c + 1) / x.chunks);
   };
   pool_detail::thread_pool::run(thread_pool_instance(), chunks, run_chunk, &ctx);
+}
+
+/// Calls body(item, scratch) for every item in [0, count), handing items to the backend's
+/// threads one at a time from a shared counter (balances causal ranges, where rows differ
+/// wildly in cost). Each item's result depends only on the item, never on the thread that ran
+/// it, so outputs stay bit-identical for every thread count. `make_scratch()` builds one
+/// thread's scratch space.
+template <class MakeScratch, class Body>
+void parallel_items(const cpu_backend& be, index_t count, MakeScratch&& make_scratch, Body&& body) {
+  if (count <= 0) return;
+  std::atomic<index_t> next{0};
+  const index_t workers = std::min<index_t>(thread_count(be), count);
+  parallel_for(be, workers, 1, [&](index_t, index_t) {
+    auto scratch = make_scratch();
+    for (index_t i = next.fetch_add(1, std::memory_order_relaxed); i < count;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      body(i, scratch);
+    }
+  });
 }
 
 }  // namespace cpu_detail

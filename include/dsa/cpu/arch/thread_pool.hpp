@@ -42,6 +42,7 @@
 
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
+#include "dsa/cpu/arch/isa.hpp"
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
@@ -62,9 +63,9 @@ inline bool pool_usable() {
 }
 
 inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
+#if DSA_CPU_X86
   __builtin_ia32_pause();
-#elif defined(__aarch64__)
+#elif DSA_CPU_AARCH64
   asm volatile("yield");
 #else
   std::this_thread::yield();

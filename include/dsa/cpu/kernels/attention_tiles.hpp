@@ -1,7 +1,7 @@
 // Register-blocked micro-kernels of the CPU attention ops (sparse_mla_attention,
 // sparse_mha_attention): a tile of keys decoded to fp32 is shared by a group of queries (the
 // heads of a token, or the tokens of a block for one head), which is what makes attention
-// compute-bound. GCC vector extensions, lowered to AVX-512, AVX2 or SSE.
+// compute-bound. GCC vector extensions (arch/vec.hpp), lowered to AVX-512, AVX2 or SSE.
 //   - logits, vectorised over the queries: S^T[j, h] = sum_i k[j, i] · q[h, i], i = 0, 1, ...
 //     from +0, with the queries transposed once ([d, queries]) and each key value broadcast. bf16 x bf16
 //     products (and FP8 values, which are bf16 values) are exact in fp32, so this is the same
@@ -21,6 +21,8 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/cpu/arch/isa.hpp"
+#include "dsa/cpu/arch/vec.hpp"
 
 // Keeps g++ from contracting a * b + c into an FMA in one function (its -ffp-contract=fast
 // default would otherwise fuse a product that the numerics round on their own; clang does not
@@ -40,10 +42,10 @@ inline constexpr index_t pad(index_t x) { return (x + lanes - 1) / lanes * lanes
 
 // Register blocking of the two micro-kernels (accumulators = KEYS x HEADV and HEADS x COLV
 // vectors of 16 floats: 1 zmm, 2 ymm or 4 xmm each), sized to the register file.
-#if defined(__AVX512F__)
+#if DSA_CPU_HAS_AVX512
 inline constexpr int logit_keys = 6, logit_headv = 4;
 inline constexpr int pv_heads = 6, pv_colv = 4;
-#elif defined(__AVX__)
+#elif DSA_CPU_HAS_AVX
 inline constexpr int logit_keys = 3, logit_headv = 2;
 inline constexpr int pv_heads = 3, pv_colv = 2;
 #else
@@ -51,24 +53,9 @@ inline constexpr int logit_keys = 2, logit_headv = 1;
 inline constexpr int pv_heads = 2, pv_colv = 1;
 #endif
 
-#if defined(__GNUC__)
-// Loaded and stored with memcpy (no alignment assumed) and never passed by value, so no
-// vector-typed ABI is involved whatever the target.
-typedef float vec __attribute__((vector_size(lanes * sizeof(float))));
-#else
-struct vec {
-  float x[lanes] = {};
-  vec& operator+=(const vec& o) {
-    for (index_t l = 0; l < lanes; ++l) x[l] += o.x[l];
-    return *this;
-  }
-  friend vec operator*(float a, const vec& v) {
-    vec r;
-    for (index_t l = 0; l < lanes; ++l) r.x[l] = a * v.x[l];
-    return r;
-  }
-};
-#endif
+// The micro-kernels' vector: 16 fp32 lanes (arch/vec.hpp).
+using vec = simd::vec16f;
+static_assert(simd::vec16f_lanes == lanes);
 
 // dst[c] = float(src[c]) for c < d: bf16 -> fp32 is a 16-bit shift of the pattern, written on the
 // integers so that it vectorises.

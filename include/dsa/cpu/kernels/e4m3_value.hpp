@@ -14,12 +14,13 @@
 
 #include <cstdint>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 #include "dsa/core/config.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/cpu/arch/isa.hpp"
+
+#if DSA_CPU_HAS_AVX512
+#include <immintrin.h>
+#endif
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
@@ -33,7 +34,7 @@ DSA_FORCEINLINE float e4m3_value(std::uint32_t b) {
   return detail::bits_float(bits | ((b & 0x80u) << 24));
 }
 
-#if defined(__AVX512F__)
+#if DSA_CPU_HAS_AVX512
 /// e4m3_value of 16 codes (one byte each).
 DSA_FORCEINLINE __m512 e4m3_values16(__m128i codes) {
   const __m512i b = _mm512_cvtepu8_epi32(codes);

@@ -1,0 +1,129 @@
+// The SIMD vocabulary of the CPU kernels: GCC/Clang vector-extension types, which the compiler
+// lowers to zmm, ymm or xmm registers (or to scalars), so that one micro-kernel source serves
+// every ISA (arch/isa.hpp), and the few helpers that move data in and out of them.
+//
+//   - vectors of the target's widest registers (vec_bytes: 64 with AVX-512, 32 with AVX, else 16):
+//     vfloat, vdouble, vuint, and the half-width vfloat_half and vhalf; lanes<T> per vector.
+//     fp8_linear's micro-kernels and the dense linear's GEMV are written in them.
+//   - vec16f: 16 fp32 lanes whatever the target (1 zmm, 2 ymm or 4 xmm registers), the unit of
+//     the attention tiles (kernels/attention_tiles.hpp) and the lightning indexer's key tiles.
+//
+// Vectors are loaded and stored with memcpy (no alignment assumed) and are never passed by value
+// between functions that are not inlined: a vector wider than the target's registers has an
+// ABI of its own.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "dsa/core/config.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
+#include "dsa/cpu/arch/isa.hpp"
+
+#if DSA_CPU_HAS_AVX
+#include <immintrin.h>
+#endif
+
+DSA_NAMESPACE_BEGIN
+namespace cpu_detail::simd {
+
+// ---- the target's widest vectors ----------------------------------------------------------------
+
+#if DSA_CPU_HAS_AVX512
+inline constexpr int vec_bytes = 64;
+#elif DSA_CPU_HAS_AVX
+inline constexpr int vec_bytes = 32;
+#else
+inline constexpr int vec_bytes = 16;
+#endif
+typedef float vfloat __attribute__((vector_size(vec_bytes)));
+typedef double vdouble __attribute__((vector_size(vec_bytes)));
+typedef float vfloat_half __attribute__((vector_size(vec_bytes / 2)));
+typedef std::uint32_t vuint __attribute__((vector_size(vec_bytes)));
+typedef std::uint16_t vhalf __attribute__((vector_size(vec_bytes / 2)));
+
+template <class T>
+struct vec_of;
+template <>
+struct vec_of<float> {
+  using type = vfloat;
+};
+template <>
+struct vec_of<double> {
+  using type = vdouble;
+};
+template <class T>
+inline constexpr index_t lanes = vec_bytes / static_cast<index_t>(sizeof(T));
+
+/// The T values of f as `lanes<float> / lanes<T>` T vectors (float: f itself; double: the low
+/// half's lanes, then the high half's).
+template <class T>
+DSA_FORCEINLINE void to_lanes(vfloat f, typename vec_of<T>::type* out) {
+  if constexpr (std::is_same_v<T, float>) {
+    out[0] = f;
+  } else {
+#if DSA_CPU_HAS_AVX512
+    const __m512 v = f;
+    out[0] = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    out[1] = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+#elif DSA_CPU_HAS_AVX
+    const __m256 v = f;
+    out[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    out[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+#else
+    const vfloat_half lo = __builtin_shufflevector(f, f, 0, 1);
+    const vfloat_half hi = __builtin_shufflevector(f, f, 2, 3);
+    out[0] = __builtin_convertvector(lo, vdouble);
+    out[1] = __builtin_convertvector(hi, vdouble);
+#endif
+  }
+}
+
+/// lanes<float> consecutive values from p, widened to fp32 (bf16 exactly: its bits in the upper
+/// half).
+DSA_FORCEINLINE vfloat load_vec(const float* p) {
+  vfloat v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+DSA_FORCEINLINE vfloat load_vec(const bf16* p) {
+  vhalf h;
+  std::memcpy(&h, p, sizeof h);
+  return reinterpret_cast<vfloat>(__builtin_convertvector(h, vuint) << 16);
+}
+
+/// The lanes of v summed in a fixed tree (halves, then quarters, ...).
+DSA_FORCEINLINE float reduce_lanes(vfloat v) {
+  constexpr index_t L = lanes<float>;
+  float t[L];
+  std::memcpy(t, &v, sizeof v);
+  for (index_t width = L / 2; width >= 1; width /= 2) {
+    for (index_t l = 0; l < width; ++l) t[l] += t[l + width];
+  }
+  return t[0];
+}
+
+// ---- 16 fp32 lanes ------------------------------------------------------------------------------
+
+inline constexpr index_t vec16f_lanes = 16;
+#if defined(__GNUC__)
+typedef float vec16f __attribute__((vector_size(vec16f_lanes * sizeof(float))));
+#else
+struct vec16f {
+  float x[vec16f_lanes] = {};
+  vec16f& operator+=(const vec16f& o) {
+    for (index_t l = 0; l < vec16f_lanes; ++l) x[l] += o.x[l];
+    return *this;
+  }
+  friend vec16f operator*(float a, const vec16f& v) {
+    vec16f r;
+    for (index_t l = 0; l < vec16f_lanes; ++l) r.x[l] = a * v.x[l];
+    return r;
+  }
+};
+#endif
+
+}  // namespace cpu_detail::simd
+DSA_NAMESPACE_END
