@@ -1,15 +1,23 @@
 // CPU backend of dsa::linear and, through cpu/fp8_linear.hpp, of dsa::fp8_linear (both ops of
 // ops/linear.hpp, and the packed-weight fp8_linear overload).
 //
-// linear: t <= 4 rows (decode: lm_head, the absorbed MLA projections, the MoE gate): a GEMV
-// straight from the weight (bf16 widened in registers, nothing converted in memory), four
-// outputs per step, each summed over k in vector lanes and reduced in a fixed tree. More rows:
-// inputs converted exactly to fp32 per panel of outputs (scratch of about 512 KiB per thread)
-// and multiplied with Eigen's fp32 GEMM per fixed panel. Panel and chunk sizes depend only on
-// the shapes, never on the thread count: bit-identical for every thread count.
+// linear: every output y[i, n] is summed over k in the target's vector lanes (L = 16 with AVX-512,
+// 8 with AVX, 4 otherwise; lane l takes k = l, l + L, ...), each multiply-add fused where the
+// target has FMA (simd::fma_lanes, whatever the optimisation level), the lanes reduced in a fixed
+// tree and the k tail (in % L values) added in order, then rounded once to the output type. That
+// order is one definition for every row count, so a row's result does not depend on how many
+// rows the call has (batch invariance: the forward pass runs one sequence's tokens alone or
+// beside others and must get the same bits, docs/design.md "Batches"), nor on the thread count
+// (each output is computed by one thread). It does depend on the target's vector width and FMA
+// (docs/decisions.md, "Dense building blocks").
+// The kernel: the rows in blocks of linear_row_block, converted exactly to fp32 once per block
+// (thread-local scratch); over the block, output groups of 4 split over the threads, each group's
+// 4 weight rows streamed once per block (bf16 widened in registers, nothing converted in memory)
+// against the block's rows 4 at a time: 4 x 4 lane accumulators. Decode (t <= 4: lm_head, the
+// MoE gate, the absorbed MLA projections) is one block, one pass over the weight; a prefill block
+// re-reads its group's weights from L1/L2, not from memory.
 #pragma once
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -23,116 +31,71 @@
 #include "dsa/cpu/arch/prefetch.hpp"
 #include "dsa/cpu/arch/vec.hpp"
 #include "dsa/cpu/fp8_linear.hpp"
+#include "dsa/numerics/fp32_ops.hpp"
 #include "dsa/ops/linear.hpp"
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
 namespace linear_impl {
 
-template <class T>
-using aligned_vector = std::vector<T, Eigen::aligned_allocator<T>>;
-
-template <class T>
-using row_major = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// The SIMD vocabulary (arch/vec.hpp) the GEMV is written in.
+// The SIMD vocabulary (arch/vec.hpp) the kernel is written in.
 using simd::load_vec;
 using simd::reduce_lanes;
 
-/// How far ahead in each weight row linear_gemv_rows asks for the next line (into L1). The four
+/// How far ahead in each weight row linear_tile asks for the next line (into L1). The four
 /// rows it streams at once are four sequential streams that the hardware prefetcher alone kept at
 /// 74-78% of the read-only probe (bf16 lm_head, from DRAM); 1 KB ahead measured 85-90% on one and
 /// two threads (512 B-2 KB within the noise of each other; 4 KB no better than none).
 inline constexpr std::uintptr_t gemv_row_prefetch = 1024;
 
-/// GEMV of TR <= 4 rows: four outputs at a time, each summed over k in vector lanes from the
-/// weight row itself (bf16 widened in registers), the lanes reduced in a fixed tree and the
-/// k tail added in order.
+/// Rows per block: their fp32 copy (linear_row_block x in floats, 917 KB at in = 7168) stays
+/// in L2 while every output group streams over it.
+inline constexpr index_t linear_row_block = 32;
+
+/// One output group (outputs n0 .. n0 + nn - 1, nn <= 4, weight rows wr) over TR <= 4 rows of the
+/// fp32 block xf (row stride `in`): 4 x 4 lane accumulators over k, the lanes reduced in a fixed
+/// tree and the k tail added in order; results to y rows yrow0 ...
 template <int TR, class W, class O>
-void linear_gemv_rows(const cpu_backend& be, const float* xf, index_t in, const tensor_view<const W, 2>& w,
-                      const tensor_view<O, 2>& y) {
+DSA_FORCEINLINE void linear_tile(const float* xf, index_t in, const W* const* wr, index_t nn, index_t n0,
+                                 const tensor_view<O, 2>& y, index_t yrow0) {
   constexpr index_t L = lanes<float>;
   constexpr index_t G = 4;
-  const index_t out = w.extent(0);
   const index_t inv = in / L * L;
-  const index_t groups = (out + G - 1) / G;
-  auto body = [&](index_t g0, index_t g1) {
-    for (index_t g = g0; g < g1; ++g) {
-      const index_t n0 = g * G;
-      const index_t nn = std::min(G, out - n0);
-      const W* wr[G];
-      for (index_t j = 0; j < G; ++j) wr[j] = w.row(n0 + std::min(j, nn - 1));
-      vfloat acc[TR][G];
+  vfloat acc[TR][G];
 #pragma GCC unroll 4
-      for (int i = 0; i < TR; ++i) {
+  for (int i = 0; i < TR; ++i) {
 #pragma GCC unroll 4
-        for (index_t j = 0; j < G; ++j) acc[i][j] = vfloat{};
+    for (index_t j = 0; j < G; ++j) acc[i][j] = vfloat{};
+  }
+  for (index_t k = 0; k < inv; k += L) {
+    vfloat wv[G];
+#pragma GCC unroll 4
+    for (index_t j = 0; j < G; ++j) {
+      if (k % (64 / static_cast<index_t>(sizeof(W))) == 0) {
+        __builtin_prefetch(prefetch_address(wr[j] + k, gemv_row_prefetch), 0, 3);
       }
-      for (index_t k = 0; k < inv; k += L) {
-        vfloat wv[G];
-#pragma GCC unroll 4
-        for (index_t j = 0; j < G; ++j) {
-          if (k % (64 / static_cast<index_t>(sizeof(W))) == 0) {
-            __builtin_prefetch(prefetch_address(wr[j] + k, gemv_row_prefetch), 0, 3);
-          }
-          wv[j] = load_vec(wr[j] + k);
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < TR; ++i) {
-          const vfloat xk = load_vec(xf + i * in + k);
-#pragma GCC unroll 4
-          for (index_t j = 0; j < G; ++j) acc[i][j] += xk * wv[j];
-        }
-      }
-      for (int i = 0; i < TR; ++i) {
-        for (index_t j = 0; j < nn; ++j) {
-          float s = reduce_lanes(acc[i][j]);
-          for (index_t k = inv; k < in; ++k) s += xf[i * in + k] * to_float(wr[j][k]);
-          y(i, n0 + j) = from_float<O>(s);
-        }
-      }
+      wv[j] = load_vec(wr[j] + k);
     }
-  };
-  if (out * in * static_cast<index_t>(sizeof(W)) >= gemv_parallel_bytes) {
-    parallel_for(be, groups, 8, body);
-  } else {
-    body(0, groups);
+#pragma GCC unroll 4
+    for (int i = 0; i < TR; ++i) {
+      const vfloat xk = load_vec(xf + i * in + k);
+#pragma GCC unroll 4
+      for (index_t j = 0; j < G; ++j) simd::fma_lanes(acc[i][j], xk, wv[j]);
+    }
   }
-}
-
-template <class X, class W, class O>
-void linear_gemv(const cpu_backend& be, const tensor_view<const X, 2>& x, const tensor_view<const W, 2>& w,
-                 const tensor_view<O, 2>& y) {
-  const index_t t = x.extent(0);
-  const index_t in = x.extent(1);
-  float* xf = scratch<float, 6>(static_cast<std::size_t>(t * in));
-  for (index_t i = 0; i < t; ++i) {
-    const X* xr = x.row(i);
-    for (index_t k = 0; k < in; ++k) xf[i * in + k] = to_float(xr[k]);
+  for (int i = 0; i < TR; ++i) {
+    for (index_t j = 0; j < nn; ++j) {
+      float s = reduce_lanes(acc[i][j]);
+      for (index_t k = inv; k < in; ++k) s = detail::fma_if_fast(xf[i * in + k], to_float(wr[j][k]), s);
+      y(yrow0 + i, n0 + j) = from_float<O>(s);
+    }
   }
-  switch (t) {
-    case 1: linear_gemv_rows<1>(be, xf, in, w, y); break;
-    case 2: linear_gemv_rows<2>(be, xf, in, w, y); break;
-    case 3: linear_gemv_rows<3>(be, xf, in, w, y); break;
-    default: linear_gemv_rows<4>(be, xf, in, w, y); break;
-  }
-}
-
-// A rank-2 host view as a row-major Eigen map (unit inner stride, checked by the front-end).
-template <class T>
-auto map_rows(const T* data, index_t rows, index_t cols, index_t ld) {
-  return Eigen::Map<const row_major<T>, 0, Eigen::OuterStride<>>(data, rows, cols, Eigen::OuterStride<>(ld));
-}
-
-// Output panel width of linear: a panel of fp32 weights stays within about 512 KiB.
-inline index_t linear_panel(index_t in) {
-  const index_t p = (index_t{1} << 17) / std::max<index_t>(in, 1);
-  return std::clamp<index_t>(p / 8 * 8, 8, 256);
 }
 
 template <class X, class W, class O>
 void linear(const cpu_backend& be, const tensor_view<const X, 2>& x, const tensor_view<const W, 2>& w,
             const tensor_view<O, 2>& y) {
+  constexpr index_t G = 4;
   const index_t t = x.extent(0);
   const index_t in = x.extent(1);
   const index_t out = w.extent(0);
@@ -140,84 +103,35 @@ void linear(const cpu_backend& be, const tensor_view<const X, 2>& x, const tenso
     fill_zero(be, y);
     return;
   }
-  if (t <= 4) {
-    linear_gemv(be, x, w, y);
-    return;
-  }
-  const index_t panel = linear_panel(in);
-  const index_t panels = (out + panel - 1) / panel;
-  const index_t chunk = 256;
-  // fp32 operands with forward, non-overlapping rows are used in place; anything else (bf16,
-  // or unusual strides Eigen maps do not take) goes through fp32 scratch.
-  const bool direct_x = std::is_same_v<X, float> && (t <= 1 || x.stride(0) >= in);
-  const bool direct_w = std::is_same_v<W, float> && (out <= 1 || w.stride(0) >= in);
-  const bool direct_y = std::is_same_v<O, float> && (t <= 1 || y.stride(0) >= out);
-  aligned_vector<float> xf;
-  if (!direct_x) xf.resize(static_cast<std::size_t>(std::min(chunk, t) * in));
-  for (index_t r0 = 0; r0 < t; r0 += chunk) {
-    const index_t rows = std::min(chunk, t - r0);
-    const float* xp = xf.data();
-    index_t xld = in;
-    if constexpr (std::is_same_v<X, float>) {
-      if (direct_x) {
-        xp = x.row(r0);
-        xld = x.stride(0);
-      }
+  const index_t groups = (out + G - 1) / G;
+  float* xf = scratch<float, 6>(static_cast<std::size_t>(std::min(t, linear_row_block) * in));
+  for (index_t r0 = 0; r0 < t; r0 += linear_row_block) {
+    const index_t rows = std::min(linear_row_block, t - r0);
+    for (index_t i = 0; i < rows; ++i) {
+      const X* xr = x.row(r0 + i);
+      for (index_t k = 0; k < in; ++k) xf[i * in + k] = to_float(xr[k]);
     }
-    if (!direct_x) {
-      parallel_for(be, rows, 16, [&](index_t b, index_t e) {
-        for (index_t i = b; i < e; ++i) {
-          const X* xr = x.row(r0 + i);
-          float* dst = xf.data() + i * in;
-          for (index_t k = 0; k < in; ++k) dst[k] = to_float(xr[k]);
-        }
-      });
-    }
-    const auto xm = map_rows(xp, rows, in, xld);
-    parallel_for(be, panels, 1, [&](index_t p0, index_t p1) {
-      aligned_vector<float> wf;
-      aligned_vector<float> yf;
-      if (!direct_w) wf.resize(static_cast<std::size_t>(panel * in));
-      if (!direct_y) yf.resize(static_cast<std::size_t>(rows * panel));
-      for (index_t p = p0; p < p1; ++p) {
-        const index_t n0 = p * panel;
-        const index_t nn = std::min(panel, out - n0);
-        const float* wp = wf.data();
-        index_t wld = in;
-        if constexpr (std::is_same_v<W, float>) {
-          if (direct_w) {
-            wp = w.row(n0);
-            wld = w.stride(0);
-          }
-        }
-        if (!direct_w) {
-          for (index_t j = 0; j < nn; ++j) {
-            const W* wr = w.row(n0 + j);
-            float* dst = wf.data() + j * in;
-            for (index_t k = 0; k < in; ++k) dst[k] = to_float(wr[k]);
-          }
-        }
-        const auto wm = map_rows(wp, nn, in, wld);
-        bool done = false;
-        if constexpr (std::is_same_v<O, float>) {
-          if (direct_y) {
-            Eigen::Map<row_major<float>, 0, Eigen::OuterStride<>> ym(y.row(r0) + n0, rows, nn,
-                                                                    Eigen::OuterStride<>(y.stride(0)));
-            ym.noalias() = xm * wm.transpose();
-            done = true;
-          }
-        }
-        if (!done) {
-          Eigen::Map<row_major<float>> ym(yf.data(), rows, nn);
-          ym.noalias() = xm * wm.transpose();
-          for (index_t i = 0; i < rows; ++i) {
-            O* yr = y.row(r0 + i) + n0;
-            const float* src = yf.data() + i * nn;
-            for (index_t j = 0; j < nn; ++j) yr[j] = from_float<O>(src[j]);
-          }
+    auto body = [&](index_t g0, index_t g1) {
+      for (index_t g = g0; g < g1; ++g) {
+        const index_t n0 = g * G;
+        const index_t nn = std::min(G, out - n0);
+        const W* wr[G];
+        for (index_t j = 0; j < G; ++j) wr[j] = w.row(n0 + std::min(j, nn - 1));
+        index_t i = 0;
+        for (; i + 4 <= rows; i += 4) linear_tile<4>(xf + i * in, in, wr, nn, n0, y, r0 + i);
+        switch (rows - i) {
+          case 1: linear_tile<1>(xf + i * in, in, wr, nn, n0, y, r0 + i); break;
+          case 2: linear_tile<2>(xf + i * in, in, wr, nn, n0, y, r0 + i); break;
+          case 3: linear_tile<3>(xf + i * in, in, wr, nn, n0, y, r0 + i); break;
+          default: break;
         }
       }
-    });
+    };
+    if (out * in * static_cast<index_t>(sizeof(W)) >= gemv_parallel_bytes || rows * out * in >= gemv_parallel_bytes * 64) {
+      parallel_for(be, groups, 8, body);
+    } else {
+      body(0, groups);
+    }
   }
 }
 

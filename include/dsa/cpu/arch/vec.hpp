@@ -94,6 +94,19 @@ DSA_FORCEINLINE vfloat load_vec(const bf16* p) {
   return reinterpret_cast<vfloat>(__builtin_convertvector(h, vuint) << 16);
 }
 
+/// acc + a · b lane by lane, rounded as detail::fma_if_fast: fused where the target has FMA,
+/// whatever the optimisation level (g++ contracts `acc += a * b` only from -O2, and not in every
+/// instantiation alike), the product rounded first where it has none.
+DSA_FORCEINLINE void fma_lanes(vfloat& acc, const vfloat& a, const vfloat& b) {
+#if DSA_CPU_HAS_AVX512
+  acc = __builtin_ia32_vfmaddps512_mask(a, b, acc, static_cast<__mmask16>(-1), _MM_FROUND_CUR_DIRECTION);
+#elif DSA_CPU_HAS_SCALAR_FMA
+  for (index_t l = 0; l < lanes<float>; ++l) acc[l] = __builtin_fmaf(a[l], b[l], acc[l]);
+#else
+  acc += a * b;  // no FMA instruction: nothing to contract with
+#endif
+}
+
 /// The lanes of v summed in a fixed tree (halves, then quarters, ...).
 DSA_FORCEINLINE float reduce_lanes(vfloat v) {
   constexpr index_t L = lanes<float>;
