@@ -22,9 +22,9 @@
 //    dsa::<op>(dsa::cuda_backend{stream}, device views...) and links dsa_cuda_ops, where nvcc
 //    compiled the kernels. That is the only bridge between host-compiled code and nvcc: the CUDA
 //    tests, benchmarks, dsa_validate's CUDA executor and the Python binding's CUDA paths all call
-//    the ops so (docs/cuda.md, "Host code and nvcc"). A combination no list names is a compile
-//    error there (dispatch's static_assert: the host compiler would have to instantiate the
-//    op's CUDA implementation), not a link error; add it to the op's list.
+//    the ops so (docs/architecture.md, "Host code and nvcc"). A combination no list names is a
+//    compile error there (dispatch's static_assert: the host compiler would have to instantiate
+//    the op's CUDA implementation), not a link error; add it to the op's list.
 // Combinations a list does not name, and every program built without the macros and without
 // dsa/cuda/ops.hpp, instantiate as usual; nothing installed needs the instance files.
 //
