@@ -33,6 +33,7 @@ void topk_indices_paged(nb::handle scores, nb::handle ranges, dsa::index_t k, nb
 /// of its size: float32, bfloat16, float8 codes, cache-row bytes, int32, ...
 template <std::size_t N, class P, class I>
 void gather_as(const P& p, const ro_array& sa, const I& ii, const rw_array& da) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "gather_rows' instance list names these sizes");
   const auto sv = view_of<const raw_uint<N>, 2, raw_element<N>>(p, sa, "src");
   const auto dv = view_of<raw_uint<N>, 3, raw_element<N>>(p, da, "dst");
   p.run([&](const auto& be) { dsa::gather_rows(be, sv, ii.view, dv); });
