@@ -69,17 +69,25 @@ function(dsa_cuda_target target)
   endif()
 endfunction()
 
-# The CUDA ops compiled once for dsa's own programs (dsa/core/op_instances.hpp), as dsa_cpu_ops
-# (cmake/dsaTargets.cmake) for the CPU: the op launchers of the tests, the benchmarks, dsa_validate
-# and the CUDA forward pass link it instead of compiling every kernel again (five files, compiled
-# in parallel). The --use_fast_math launchers, built with other flags, must not.
-if(DSA_BUILD_TESTS OR DSA_BUILD_TOOLS OR DSA_BUILD_BENCH)
-  add_library(dsa_cuda_ops STATIC
-    "${PROJECT_SOURCE_DIR}/instances/cuda_ops_attention.cu" "${PROJECT_SOURCE_DIR}/instances/cuda_ops_dense.cu"
-    "${PROJECT_SOURCE_DIR}/instances/cuda_ops_indexer.cu" "${PROJECT_SOURCE_DIR}/instances/cuda_ops_quant.cu"
-    "${PROJECT_SOURCE_DIR}/instances/cuda_ops_topk.cu")
+# The CUDA ops compiled once for dsa's own programs (dsa/core/op_instances.hpp), one file per op
+# family (compiled in parallel), as dsa_cpu_ops (cmake/dsaTargets.cmake) for the CPU. They are how
+# host-compiled code runs the CUDA backend: the tests, the benchmarks, dsa_validate and the Python
+# binding include dsa/cuda/ops.hpp, which declares these instances extern, call the ops directly
+# and link this; so does transformer<cuda_backend> below. The --use_fast_math launchers, built
+# with other flags, must not.
+if(DSA_BUILD_TESTS OR DSA_BUILD_TOOLS OR DSA_BUILD_BENCH OR DSA_BUILD_PYTHON)
+  add_library(dsa_cuda_ops STATIC)
+  foreach(family IN LISTS DSA_OP_FAMILIES)
+    target_sources(dsa_cuda_ops PRIVATE "${PROJECT_SOURCE_DIR}/instances/cuda_ops_${family}.cu")
+  endforeach()
   dsa_cuda_target(dsa_cuda_ops)
   target_compile_definitions(dsa_cuda_ops PUBLIC DSA_EXTERN_CUDA_OPS)
+  if(DSA_BUILD_PYTHON)
+    # Linked into the extension module, a shared object.
+    set_target_properties(dsa_cuda_ops PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  endif()
+endif()
+if(DSA_BUILD_TESTS OR DSA_BUILD_TOOLS OR DSA_BUILD_BENCH)
   # transformer<cuda_backend> compiled once (instances/cuda_transformer.cu), as dsa_cpu_transformer
   # for the CPU: host-compiled programs include dsa/model/cuda/transformer.hpp, which declares it
   # extern under DSA_EXTERN_CUDA_TRANSFORMER, and link this.

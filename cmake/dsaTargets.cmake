@@ -29,6 +29,11 @@ if(CUDAToolkit_FOUND)
   target_compile_options(dsa_cuda INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
 endif()
 
+# The op families (docs/architecture.md, "Op families"): the instance files (instances/cpu_ops_<family>.cpp,
+# instances/cuda_ops_<family>.cu), the Python binding's python/src/ops_<family>.cpp and python/dsa/<family>.py
+# are split along them.
+set(DSA_OP_FAMILIES quant indexer topk attention dense moe)
+
 # Flags for dsa's own tests, tools and benchmarks (never exported to users).
 add_library(dsa_dev_flags INTERFACE)
 target_compile_options(dsa_dev_flags INTERFACE
@@ -66,11 +71,12 @@ endif()
 # compile their own pass and ops.
 if(DSA_BUILD_TESTS OR DSA_BUILD_TOOLS OR DSA_BUILD_EXAMPLES OR DSA_BUILD_BENCH)
   # The CPU ops, likewise (dsa/core/op_instances.hpp): programs that link dsa_cpu_ops call the
-  # instances compiled here (four files, built in parallel) for the type combinations the CPU
+  # instances compiled here (one file per op family, built in parallel) for the type combinations the CPU
   # headers list; the forward pass is one of them.
-  add_library(dsa_cpu_ops STATIC
-    "${PROJECT_SOURCE_DIR}/instances/cpu_ops_attention.cpp" "${PROJECT_SOURCE_DIR}/instances/cpu_ops_indexer.cpp"
-    "${PROJECT_SOURCE_DIR}/instances/cpu_ops_layers.cpp" "${PROJECT_SOURCE_DIR}/instances/cpu_ops_linear.cpp")
+  add_library(dsa_cpu_ops STATIC)
+  foreach(family IN LISTS DSA_OP_FAMILIES)
+    target_sources(dsa_cpu_ops PRIVATE "${PROJECT_SOURCE_DIR}/instances/cpu_ops_${family}.cpp")
+  endforeach()
   target_link_libraries(dsa_cpu_ops PUBLIC dsa::dsa dsa_dev_flags)
   target_compile_definitions(dsa_cpu_ops PUBLIC DSA_EXTERN_CPU_OPS)
   add_library(dsa_model_io STATIC "${PROJECT_SOURCE_DIR}/instances/model_io.cpp")

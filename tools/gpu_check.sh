@@ -292,7 +292,7 @@ if has_step sanitize; then
     # ones instead of finishing alone at the end.
     race_skip='^(validate_tiny_model$|model_transformer#[0-9]+ (tiny-dsv32|CUDA forward is deterministic))'
     # The slow ones by test-case name, like race_skip (case numbers move when cases are added).
-    heavy='^(model_transformer#|validate_tiny_model$|ops_sparse_mla_attention#[0-9]+ .*(V3.2|prefill-like|run to run)|ops_dense#[0-9]+ .*(linear|sparse_mha)|ops_hadamard#[0-9]+ .*(every size|rotate_activation)|ops_lightning_indexer#[0-9]+ .*(V3.2 shapes|backward: bit-identical))'
+    heavy='^(model_transformer#|validate_tiny_model$|ops_sparse_mla_attention#[0-9]+ .*(V3.2|prefill-like|run to run)|ops_dense#[0-9]+ .*linear|ops_sparse_mha_attention#|ops_hadamard#[0-9]+ .*(every size|rotate_activation)|ops_lightning_indexer#[0-9]+ .*(V3.2 shapes|backward: bit-identical))'
     order=()
     for pass in heavy rest; do
       for tool in "${tools[@]}"; do

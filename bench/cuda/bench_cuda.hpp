@@ -43,6 +43,7 @@
 #include "dsa/cuda/blas.hpp"
 #include "dsa/cuda/error.hpp"
 #include "dsa/cuda/memory.hpp"
+#include "dsa/cuda/ops.hpp"
 
 namespace dsa_bench::cuda {
 

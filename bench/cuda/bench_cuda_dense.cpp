@@ -36,7 +36,7 @@ void linear_bf16(benchmark::State& state, dsa::cuda_linear_path path) {
     const bool simt = path == dsa::cuda_linear_path::simt;
     cuda_backend be = session::get().backend(/*with_blas=*/!simt);
     be.linear = path;
-    const double sec = timed_loop(state, [&] { linear(be, xv, wv, yv); });
+    const double sec = timed_loop(state, [&] { dsa::linear(be, xv, wv, yv); });
     const double flops = 2.0 * static_cast<double>(t) * static_cast<double>(in) * static_cast<double>(out);
     const double bytes = 2.0 * static_cast<double>(out * in + t * in + t * out);
     set_counters(state, sec, flops, bytes, simt ? unit::fp32_fma : unit::bf16_tensor);
@@ -60,7 +60,7 @@ void BM_cuda_fp8_linear(benchmark::State& state) {
     const auto sv = w_scale.view({scale_rows, scale_cols});
     const auto yv = y.view({t, out});
     const cuda_backend be = session::get().backend();
-    const double sec = timed_loop(state, [&] { fp8_linear(be, xv, wv, sv, yv); });
+    const double sec = timed_loop(state, [&] { dsa::fp8_linear(be, xv, wv, sv, yv); });
     const double flops = 2.0 * static_cast<double>(t) * static_cast<double>(in) * static_cast<double>(out);
     const double bytes = static_cast<double>(out * in) + 4.0 * static_cast<double>(w_scale.size()) +
                          2.0 * static_cast<double>(t * in + t * out);

@@ -30,7 +30,7 @@ void BM_cuda_act_quant_bf16(benchmark::State& state) {
     const auto qv = q.view({rows, cols});
     const auto sv = s.view({rows, cols / kGroup});
     const cuda_backend be = session::get().backend();
-    const double t = timed_loop(state, [&] { act_quant(be, xv, qv, sv, dsa::act_quant_config{}); });
+    const double t = timed_loop(state, [&] { dsa::act_quant(be, xv, qv, sv, dsa::act_quant_config{}); });
     set_counters(state, t, 0.0, static_cast<double>(rows * cols) * (2 + 1) + 4.0 * static_cast<double>(s.size()),
                  unit::none);
   });
@@ -70,7 +70,7 @@ void BM_cuda_act_dequant_bf16(benchmark::State& state) {
     const auto sv = in.s.view({rows, cols / kGroup});
     const auto yv = y.view({rows, cols});
     const cuda_backend be = session::get().backend();
-    const double t = timed_loop(state, [&] { act_dequant(be, qv, sv, yv, kGroup); });
+    const double t = timed_loop(state, [&] { dsa::act_dequant(be, qv, sv, yv, kGroup); });
     set_counters(state, t, 0.0, static_cast<double>(rows * cols) * (1 + 2) + 4.0 * static_cast<double>(in.s.size()),
                  unit::none);
   });
@@ -95,7 +95,7 @@ void BM_cuda_weight_quant_bf16(benchmark::State& state) {
     const auto qv = q.view({rows, cols});
     const auto sv = s.view({blocks(rows), blocks(cols)});
     const cuda_backend be = session::get().backend();
-    const double t = timed_loop(state, [&] { weight_quant(be, wv, qv, sv); });
+    const double t = timed_loop(state, [&] { dsa::weight_quant(be, wv, qv, sv); });
     set_counters(state, t, 0.0, static_cast<double>(rows * cols) * (2 + 1) + 4.0 * static_cast<double>(s.size()),
                  unit::none);
   });
@@ -117,7 +117,7 @@ void BM_cuda_weight_dequant_bf16(benchmark::State& state) {
     const auto sv = in.s.view({blocks(rows), blocks(cols)});
     const auto wv = w.view({rows, cols});
     const cuda_backend be = session::get().backend();
-    const double t = timed_loop(state, [&] { weight_dequant(be, qv, sv, wv); });
+    const double t = timed_loop(state, [&] { dsa::weight_dequant(be, qv, sv, wv); });
     set_counters(state, t, 0.0, static_cast<double>(rows * cols) * (1 + 2) + 4.0 * static_cast<double>(in.s.size()),
                  unit::none);
   });

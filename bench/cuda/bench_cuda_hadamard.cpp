@@ -29,7 +29,7 @@ void run_hadamard(benchmark::State& state) {
     const auto yv = y.view({rows, n});
     const float scale = 1.0f / std::sqrt(static_cast<float>(n));
     const cuda_backend be = session::get().backend();
-    const double t = timed_loop(state, [&] { hadamard_transform(be, xv, yv, scale); });
+    const double t = timed_loop(state, [&] { dsa::hadamard_transform(be, xv, yv, scale); });
     set_counters(state, t, 0.0, 2.0 * static_cast<double>(rows * n) * sizeof(T), unit::none);
   });
 }

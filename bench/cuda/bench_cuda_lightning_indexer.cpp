@@ -57,7 +57,7 @@ void BM_cuda_lightning_indexer_fp8(benchmark::State& state) {
     const auto rv = in.ranges.view({m, 2});
     const auto out = scores.view({m, n});
     const cuda_backend be = session::get().backend();
-    const double t = timed_loop(state, [&] { lightning_indexer_scores(be, qv, wv, kv, sv, rv, out); });
+    const double t = timed_loop(state, [&] { dsa::lightning_indexer_scores(be, qv, wv, kv, sv, rv, out); });
     const double bytes = static_cast<double>(n) * (kDim + 4) + in.bytes(m) + 4.0 * static_cast<double>(m * n);
     set_counters(state, t, kFlopsPerPair * static_cast<double>(in.pairs), bytes, unit::fp32_fma);
   });
@@ -104,7 +104,7 @@ void BM_cuda_lightning_indexer_paged_fp8(benchmark::State& state) {
     const auto out = scores.view({m, n});
     const cuda_backend be = session::get().backend();
     const double t =
-        timed_loop(state, [&] { lightning_indexer_scores_paged(be, qv, wv, cv, tv, kBlock, rv, out); });
+        timed_loop(state, [&] { dsa::lightning_indexer_scores_paged(be, qv, wv, cv, tv, kBlock, rv, out); });
     const double bytes = static_cast<double>(m * n) * dsa::indexer_cache_row_bytes + 4.0 * static_cast<double>(table.size()) +
                          in.bytes(m) + 4.0 * static_cast<double>(m * n);
     set_counters(state, t, kFlopsPerPair * static_cast<double>(in.pairs), bytes, unit::fp32_fma);

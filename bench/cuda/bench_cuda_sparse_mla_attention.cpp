@@ -92,7 +92,7 @@ void run_sparse_mla(benchmark::State& state, const dsa::device_buffer<KV>& cache
   const auto lv = lse.view({s, kHeads});
   const auto wv = workspace.view();
   const cuda_backend be = session::get().backend();
-  const double t = timed_loop(state, [&] { sparse_mla_attention(be, qv, kv, iv, ov, lv, cfg, wv); });
+  const double t = timed_loop(state, [&] { dsa::sparse_mla_attention(be, qv, kv, iv, ov, lv, cfg, wv); });
   const double flops = 2.0 * static_cast<double>(s) * kHeads * kTopk * (kDqk + kDv);
   const double row_bytes = static_cast<double>(row_elems) * sizeof(KV);
   const double bytes = static_cast<double>(sel.distinct_rows) * row_bytes + 2.0 * static_cast<double>(q.size()) +

@@ -33,7 +33,7 @@ void BM_cuda_topk_indices(benchmark::State& state) {
     const auto rv = ranges.view({m, 2});
     const auto iv = indices.view({m, kTopk});
     const cuda_backend be = session::get().backend();
-    const double t = timed_loop(state, [&] { topk_indices(be, sv, rv, kTopk, iv); });
+    const double t = timed_loop(state, [&] { dsa::topk_indices(be, sv, rv, kTopk, iv); });
     set_counters(state, t, 0.0, 4.0 * static_cast<double>(in_range) + 4.0 * static_cast<double>(m * (kTopk + 2)),
                  unit::none);
   });
@@ -60,7 +60,7 @@ void BM_cuda_gather_rows_fp8(benchmark::State& state) {
     const auto iv = indices.view({m, kTopk});
     const auto dv = dst.view({m, kTopk, row});
     const cuda_backend be = session::get().backend();
-    const double t = timed_loop(state, [&] { gather_rows(be, cv, iv, dv); });
+    const double t = timed_loop(state, [&] { dsa::gather_rows(be, cv, iv, dv); });
     set_counters(state, t, 0.0, 2.0 * static_cast<double>(m * kTopk * row) + 4.0 * static_cast<double>(m * kTopk),
                  unit::none);
   });

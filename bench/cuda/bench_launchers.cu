@@ -1,5 +1,5 @@
 // Device facts, the cold-L2 event timer and the machine probes of the CUDA benchmarks (see
-// bench_launchers.hpp). The ops' launchers are in bench_launchers_<area>.cu.
+// bench_launchers.hpp).
 #include "bench_launchers.hpp"
 
 #include <cublas_v2.h>

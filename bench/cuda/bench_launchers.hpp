@@ -1,13 +1,14 @@
-// The device side of the CUDA benchmarks, compiled by nvcc (bench_launchers*.cu) and called from
-// the Google Benchmark files (bench_cuda_*.cpp, host compiler). DESIGN §5 keeps Google Benchmark
-// out of .cu files, so only these declarations cross the boundary: plain C++ types, device views
-// and the ops' own argument types.
+// The CUDA benchmarks' own device code, compiled by nvcc (bench_launchers.cu) and called from the
+// Google Benchmark files (bench_cuda_*.cpp, host compiler). DESIGN §5 keeps Google Benchmark out
+// of .cu files, so only these declarations cross the boundary, in plain C++ types:
 //
 //  - device facts and the timing helpers (CUDA events around one launch after an L2 flush);
 //  - the machine probes: a device-to-device cudaMemcpyAsync, fp32 and fp64 FMA-peak kernels and a
-//    cuBLAS bf16 GEMM (the tensor cores' practical peak);
-//  - one thin function per benchmarked op, each exactly dsa::<op>(be, ...), so the benchmarks run
-//    the real front-ends, op_impl<cuda_backend, ...> and kernels.
+//    cuBLAS bf16 GEMM (the tensor cores' practical peak).
+//
+// The ops themselves are called directly, dsa::<op>(cuda_backend, device views...), through
+// dsa/cuda/ops.hpp (bench_cuda.hpp): the benchmarks run the real front-ends, op_impl<cuda_backend,
+// ...> and kernels, compiled once by nvcc in dsa_cuda_ops (dsa/core/op_instances.hpp).
 #pragma once
 
 #include <cublas_v2.h>
@@ -21,8 +22,6 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 #include "dsa/cuda/backend.hpp"
-#include "dsa/ops/fp8_quant.hpp"
-#include "dsa/ops/sparse_mla_attention.hpp"
 
 namespace dsa_bench::cuda {
 
@@ -80,44 +79,5 @@ void fma_peak_f64(cudaStream_t stream, int blocks, int iters, double* out);
 /// CUBLAS_COMPUTE_32F): the tensor-core probe.
 void gemm_bf16_cublas(cublasHandle_t handle, cudaStream_t stream, int m, int n, int k, const bf16* a, const bf16* b,
                       bf16* c);
-
-// ---- hadamard ----------------------------------------------------------------------------------
-void hadamard_transform(const cuda_backend& be, dview<const float, 2> x, dview<float, 2> y, float scale);
-void hadamard_transform(const cuda_backend& be, dview<const bf16, 2> x, dview<bf16, 2> y, float scale);
-
-// ---- fp8 quantizers ----------------------------------------------------------------------------
-void act_quant(const cuda_backend& be, dview<const bf16, 2> x, dview<fp8_e4m3, 2> q, dview<float, 2> s,
-               dsa::act_quant_config cfg);
-void act_dequant(const cuda_backend& be, dview<const fp8_e4m3, 2> q, dview<const float, 2> s, dview<bf16, 2> y,
-                 index_t group_size);
-void weight_quant(const cuda_backend& be, dview<const bf16, 2> w, dview<fp8_e4m3, 2> q, dview<float, 2> s);
-void weight_dequant(const cuda_backend& be, dview<const fp8_e4m3, 2> q, dview<const float, 2> s, dview<bf16, 2> w);
-
-// ---- lightning indexer -------------------------------------------------------------------------
-void lightning_indexer_scores(const cuda_backend& be, dview<const fp8_e4m3, 3> q, dview<const float, 2> w,
-                              dview<const fp8_e4m3, 2> k, dview<const float, 1> k_scale,
-                              dview<const std::int32_t, 2> ranges, dview<float, 2> scores);
-void lightning_indexer_scores_paged(const cuda_backend& be, dview<const fp8_e4m3, 3> q, dview<const float, 2> w,
-                                    dview<const std::uint8_t, 2> cache, dview<const std::int32_t, 2> block_table,
-                                    index_t block_size, dview<const std::int32_t, 2> ranges, dview<float, 2> scores);
-
-// ---- top-k and gather --------------------------------------------------------------------------
-void topk_indices(const cuda_backend& be, dview<const float, 2> scores, dview<const std::int32_t, 2> ranges, index_t k,
-                  dview<std::int32_t, 2> indices);
-void gather_rows(const cuda_backend& be, dview<const std::uint8_t, 2> src, dview<const std::int32_t, 2> indices,
-                 dview<std::uint8_t, 3> dst);
-
-// ---- sparse MLA attention (bf16 output, as FlashMLA's) -----------------------------------------
-void sparse_mla_attention(const cuda_backend& be, dview<const bf16, 3> q, dview<const bf16, 2> kv,
-                          dview<const std::int32_t, 2> indices, dview<bf16, 3> out, dview<float, 2> lse,
-                          const dsa::sparse_mla_config& cfg, dview<std::byte, 1> workspace);
-void sparse_mla_attention(const cuda_backend& be, dview<const bf16, 3> q, dview<const std::uint8_t, 2> kv_fp8,
-                          dview<const std::int32_t, 2> indices, dview<bf16, 3> out, dview<float, 2> lse,
-                          const dsa::sparse_mla_config& cfg, dview<std::byte, 1> workspace);
-
-// ---- dense -------------------------------------------------------------------------------------
-void linear(const cuda_backend& be, dview<const bf16, 2> x, dview<const bf16, 2> w, dview<bf16, 2> y);
-void fp8_linear(const cuda_backend& be, dview<const bf16, 2> x, dview<const fp8_e4m3, 2> w,
-                dview<const float, 2> w_scale, dview<bf16, 2> y);
 
 }  // namespace dsa_bench::cuda

@@ -16,14 +16,14 @@ from ._arrays import (Error, built_with_cuda, causal_ranges, cuda_available, cud
                       has_ml_dtypes, set_num_threads)
 from .attention import (sparse_mha_attention, sparse_mla_attention, sparse_mla_attention_num_splits,
                         sparse_mla_attention_workspace_size)
-from .dense import (add_rms_norm, fp8_linear, layer_norm, linear, moe_combine, moe_route, rms_norm, rope_apply,
-                    swiglu)
-from .indexer import (gather_rows, indexer_kl_loss_dense, indexer_kl_loss_sparse, lightning_indexer_backward,
-                      lightning_indexer_scores, lightning_indexer_scores_paged, lightning_indexer_weights,
-                      topk_indices, topk_indices_paged)
+from .dense import add_rms_norm, fp8_linear, layer_norm, linear, rms_norm, rope_apply, swiglu
+from .indexer import (indexer_kl_loss_dense, indexer_kl_loss_sparse, lightning_indexer_backward, lightning_indexer_scores,
+                      lightning_indexer_scores_paged, lightning_indexer_weights)
 from .model import NonFiniteError, NonFiniteWarning, Sequence, Transformer, validate, validate_model
+from .moe import moe_combine, moe_route
 from .quant import (act_dequant, act_quant, hadamard_transform, indexer_cache_pack, indexer_cache_unpack,
                     kv_cache_fp8_pack, kv_cache_fp8_unpack, weight_dequant, weight_quant)
+from .topk import gather_rows, topk_indices, topk_indices_paged
 
 __version__ = _core.__version__
 

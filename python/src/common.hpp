@@ -13,8 +13,11 @@
 // An op is written once for both places: on_device_of() picks the place from the first array
 // argument and calls the op's body with it (a generic lambda); the body builds its views in the
 // place's memory space (in/out/view_of check every array against the place), then
-// `p.run([&](const auto& be) { DSA_PY_CALL(op, be, views...); })` releases the GIL and calls
-// dsa::<op> on the CPU backend, or its nvcc-compiled launcher (python/src/cuda/) on the CUDA one.
+// `p.run([&](const auto& be) { dsa::op(be, views...); })` releases the GIL and calls dsa::<op> on
+// the backend. On the CPU the op compiles here (dsa/cpu/*.hpp); on CUDA the call goes to the
+// instance nvcc compiled into the module (instances/cuda_ops_<family>.cu), which dsa/cuda/ops.hpp
+// declares extern (dsa/core/op_instances.hpp): an argument type no instance list names fails to
+// compile, not to import.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -34,14 +37,13 @@
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
-#include "elements.hpp"
 
 #ifdef DSA_PY_CUDA
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "cuda/ops.hpp"
 #include "dsa/cuda/backend.hpp"
+#include "dsa/cuda/ops.hpp"
 #endif
 
 namespace dsa_py {
@@ -52,6 +54,20 @@ namespace nb = nanobind;
 /// the producer's memory alive), read-only or writable.
 using ro_array = nb::ndarray<nb::ro>;
 using rw_array = nb::ndarray<>;
+
+/// An element of N bytes whatever its dtype, for the dtype check of view_of: gather_rows copies
+/// rows bit for bit, so the binding gathers every dtype as the unsigned integer of its size
+/// (raw_uint<N>, a type gather_rows' instance list names, dsa/ops/topk.hpp).
+template <std::size_t N>
+struct raw_element {};
+template <class T>
+inline constexpr std::size_t raw_element_bytes = 0;
+template <std::size_t N>
+inline constexpr std::size_t raw_element_bytes<raw_element<N>> = N;
+template <std::size_t N>
+using raw_uint = std::conditional_t<N == 1, std::uint8_t,
+                                    std::conditional_t<N == 2, std::uint16_t,
+                                                       std::conditional_t<N == 4, std::uint32_t, std::uint64_t>>>;
 
 /// What kind of memory an array lives in; every array of one call must agree.
 enum class device_kind { cpu, cuda };
@@ -91,7 +107,7 @@ constexpr bool dtype_accepts(nb::dlpack::dtype d) {
   else if constexpr (std::is_same_v<T, std::int32_t>) return dt::i32(d);
   else if constexpr (std::is_same_v<T, std::int64_t>) return dt::i64(d);
   else if constexpr (std::is_same_v<T, std::byte>) return dt::u8(d) || dt::is(d, dt::dtype_code::Int, 8);
-  else if constexpr (is_raw_element<T>) return d.bits == 8 * sizeof(T) && d.lanes == 1;
+  else if constexpr (raw_element_bytes<T> > 0) return d.bits == 8 * raw_element_bytes<T> && d.lanes == 1;
   else return false;
 }
 
@@ -178,22 +194,6 @@ int cuda_device_count() noexcept;
 template <class P>
 inline constexpr bool is_cuda_place = !std::is_same_v<typename P::space, dsa::host_space>;
 
-/// dsa::NAME(be, args...) on the CPU backend; on the CUDA backend the same call through the
-/// nvcc-compiled launcher dsa_py::cuda_ops::NAME (python/src/cuda/), since a .cpp file cannot
-/// instantiate the CUDA implementations. `be` is the generic lambda parameter of place.run().
-#ifdef DSA_PY_CUDA
-#define DSA_PY_CALL(name, be, ...)                                                                 \
-  do {                                                                                             \
-    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(be)>, ::dsa::cuda_backend>) {        \
-      ::dsa_py::cuda_ops::name(be, __VA_ARGS__);                                                   \
-    } else {                                                                                       \
-      ::dsa::name(be, __VA_ARGS__);                                                                \
-    }                                                                                              \
-  } while (false)
-#else
-#define DSA_PY_CALL(name, be, ...) ::dsa::name(be, __VA_ARGS__)
-#endif
-
 // ---- arrays ---------------------------------------------------------------------------------
 
 /// `h` as an array (any DLPack producer, buffer, or object with __cuda_array_interface__), or
@@ -265,13 +265,13 @@ void check_device(std::string_view op, std::string_view name, int device_type, i
                   int want_id);
 
 /// A dsa view of T over array `a` in the memory space of place `p`: checks the rank, the dtype
-/// (dtype_accepts), the device (the place's), the layout and the alignment.
-template <class T, std::size_t R, class P, class A>
+/// (dtype_accepts<Accept>: T's, or raw_element<N>'s for a bit-for-bit view), the device (the
+/// place's), the layout and the alignment.
+template <class T, std::size_t R, class Accept = std::remove_const_t<T>, class P, class A>
 dsa::tensor_view<T, R, typename P::space> view_of(const P& p, const A& a, std::string_view name,
                                                   layout lay = layout::contiguous) {
   using Space = typename P::space;
-  check_array(a, p.op, name, R, dtype_accepts<std::remove_const_t<T>>(a.dtype()),
-              dtype_expected<std::remove_const_t<T>>(), alignof(T), lay);
+  check_array(a, p.op, name, R, dtype_accepts<Accept>(a.dtype()), dtype_expected<Accept>(), alignof(T), lay);
   if constexpr (is_cuda_place<P>) {
     check_device(p.op, name, a.device_type(), a.device_id(), true, p.device);
   } else {

@@ -38,15 +38,13 @@ NB_MODULE(_core, m) {
   m.def("quoted", [](std::string_view text) { return dsa::quoted(text); }, nb::arg("text"));
   m.def("printable", [](std::string_view text) { return dsa::detail::printable_error_message(text); },
         nb::arg("text"));
-  dsa_py::bind_hadamard(m);
+  // The ops, by family (docs/architecture.md, "Op families"): ops_<family>.cpp.
   dsa_py::bind_quant(m);
-  dsa_py::bind_kv_cache(m);
   dsa_py::bind_indexer(m);
   dsa_py::bind_topk(m);
   dsa_py::bind_attention(m);
-  dsa_py::bind_kl_loss(m);
-  dsa_py::bind_moe(m);
   dsa_py::bind_dense(m);
+  dsa_py::bind_moe(m);
   dsa_py::bind_model(m);
   dsa_py::bind_validate(m);
 }

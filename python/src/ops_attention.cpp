@@ -27,9 +27,9 @@ void sparse_mla_attention(nb::handle q, nb::handle kv, nb::handle indices, nb::h
       auto run = [&](const auto& kvv) {
         p.run([&](const auto& be) {
           if (workspace.is_none()) {
-            DSA_PY_CALL(sparse_mla_attention, be, qi.view, kvv, ii.view, ov, lo.view, cfg, pv);
+            dsa::sparse_mla_attention(be, qi.view, kvv, ii.view, ov, lo.view, cfg, pv);
           } else {
-            DSA_PY_CALL(sparse_mla_attention, be, qi.view, kvv, ii.view, ov, lo.view, cfg, wv, pv);
+            dsa::sparse_mla_attention(be, qi.view, kvv, ii.view, ov, lo.view, cfg, wv, pv);
           }
         });
       };
@@ -67,7 +67,7 @@ void sparse_mha_attention(nb::handle q, nb::handle k_nope, nb::handle k_rope, nb
     const auto lv = optional_out<float, 2>(p, lse, kl, "lse");
     const dsa::sparse_mha_config cfg{softmax_scale, parse_rounding(rounding, p.op)};
     p.run([&](const auto& be) {
-      DSA_PY_CALL(sparse_mha_attention, be, qi.view, kni.view, kri.view, vi.view, ii.view, oo.view, cfg, lv);
+      dsa::sparse_mha_attention(be, qi.view, kni.view, kri.view, vi.view, ii.view, oo.view, cfg, lv);
     });
   });
 }

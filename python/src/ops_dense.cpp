@@ -31,7 +31,7 @@ void fp8_linear(nb::handle x, nb::handle w, nb::handle w_scale, nb::handle y, st
       const auto xv = view_of<const X, 2>(p, xa, "x");
       with_float_or_bf16(ya, p.op, "y", [&]<class O>(std::type_identity<O>) {
         const auto yv = view_of<O, 2>(p, ya, "y");
-        p.run([&](const auto& be) { DSA_PY_CALL(fp8_linear, be, xv, wi.view, si.view, yv, fmt); });
+        p.run([&](const auto& be) { dsa::fp8_linear(be, xv, wi.view, si.view, yv, fmt); });
       });
     });
   });
@@ -49,7 +49,7 @@ void linear(nb::handle x, nb::handle w, nb::handle y, int threads, std::uintptr_
         with_float_or_bf16(ya, p.op, "y", [&]<class O>(std::type_identity<O>) {
           const auto yv = view_of<O, 2>(p, ya, "y");
           // The CUDA backend's linear runs on cuBLAS: this thread's handle for the device.
-          p.run_blas([&](const auto& be) { DSA_PY_CALL(linear, be, xv, wv, yv); });
+          p.run_blas([&](const auto& be) { dsa::linear(be, xv, wv, yv); });
         });
       });
     });
@@ -63,7 +63,7 @@ void rms_norm(nb::handle x, nb::handle weight, nb::handle y, float eps, int thre
     const auto yo = out<dsa::bf16, 2>(p, y, "y");
     with_float_or_bf16(xa, p.op, "x", [&]<class X>(std::type_identity<X>) {
       const auto xv = view_of<const X, 2>(p, xa, "x");
-      p.run([&](const auto& be) { DSA_PY_CALL(rms_norm, be, xv, wi.view, yo.view, eps); });
+      p.run([&](const auto& be) { dsa::rms_norm(be, xv, wi.view, yo.view, eps); });
     });
   });
 }
@@ -75,7 +75,7 @@ void add_rms_norm(nb::handle x, nb::handle residual, nb::handle weight, nb::hand
     const auto ro = out<dsa::bf16, 2>(p, residual, "residual");
     const auto wi = in<float, 1>(p, weight, "weight");
     const auto yo = out<dsa::bf16, 2>(p, y, "y");
-    p.run([&](const auto& be) { DSA_PY_CALL(add_rms_norm, be, xi.view, ro.view, wi.view, yo.view, eps); });
+    p.run([&](const auto& be) { dsa::add_rms_norm(be, xi.view, ro.view, wi.view, yo.view, eps); });
   });
 }
 
@@ -88,7 +88,7 @@ void layer_norm(nb::handle x, nb::handle weight, nb::handle bias, nb::handle y, 
     const auto yo = out<dsa::bf16, 2>(p, y, "y");
     with_float_or_bf16(xa, p.op, "x", [&]<class X>(std::type_identity<X>) {
       const auto xv = view_of<const X, 2>(p, xa, "x");
-      p.run([&](const auto& be) { DSA_PY_CALL(layer_norm, be, xv, wi.view, bi.view, yo.view, eps); });
+      p.run([&](const auto& be) { dsa::layer_norm(be, xv, wi.view, bi.view, yo.view, eps); });
     });
   });
 }
@@ -116,7 +116,7 @@ void rope_apply(nb::handle x, nb::handle positions, dsa::index_t dim, float base
     cfg.beta_slow = beta_slow;
     const auto lay = parse_layout(layout_name);
     dsa::check_rope_config(cfg);
-    p.run([&](const auto& be) { DSA_PY_CALL(rope_apply, be, xo.view, pi.view, cfg, lay); });
+    p.run([&](const auto& be) { dsa::rope_apply(be, xo.view, pi.view, cfg, lay); });
   });
 }
 
@@ -125,7 +125,7 @@ void swiglu(nb::handle gate, nb::handle up, nb::handle y, int threads, std::uint
     const auto gi = in<dsa::bf16, 2>(p, gate, "gate");
     const auto ui = in<dsa::bf16, 2>(p, up, "up");
     const auto yo = out<dsa::bf16, 2>(p, y, "y");
-    p.run([&](const auto& be) { DSA_PY_CALL(swiglu, be, gi.view, ui.view, yo.view); });
+    p.run([&](const auto& be) { dsa::swiglu(be, gi.view, ui.view, yo.view); });
   });
 }
 

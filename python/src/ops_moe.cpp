@@ -47,7 +47,7 @@ void moe_route(nb::handle logits, nb::handle bias, nb::handle expert_ids, nb::ha
     const auto wo = out<float, 2>(p, weights, "weights");
     const dsa::moe_routing_config cfg =
         routing_config(top_k, n_group, topk_group, scoring, norm_topk_prob, routed_scaling_factor);
-    p.run([&](const auto& be) { DSA_PY_CALL(moe_route, be, li.view, bv, io.view, wo.view, cfg); });
+    p.run([&](const auto& be) { dsa::moe_route(be, li.view, bv, io.view, wo.view, cfg); });
   });
 }
 
@@ -60,7 +60,7 @@ void moe_combine(nb::handle expert_out, nb::handle rows, nb::handle weights, nb:
     ro_array ks;
     const auto sv = optional_in<dsa::bf16, 2>(p, shared, ks, "shared");
     const auto yo = out<dsa::bf16, 2>(p, y, "y");
-    p.run([&](const auto& be) { DSA_PY_CALL(moe_combine, be, ei.view, ri.view, wi.view, sv, yo.view); });
+    p.run([&](const auto& be) { dsa::moe_combine(be, ei.view, ri.view, wi.view, sv, yo.view); });
   });
 }
 

@@ -12,7 +12,7 @@ void topk_indices(nb::handle scores, nb::handle ranges, dsa::index_t k, nb::hand
     const auto si = in<float, 2>(p, scores, "scores");
     const auto ri = in<std::int32_t, 2>(p, ranges, "ranges");
     const auto io = out<std::int32_t, 2>(p, indices, "indices");
-    p.run([&](const auto& be) { DSA_PY_CALL(topk_indices, be, si.view, ri.view, k, io.view); });
+    p.run([&](const auto& be) { dsa::topk_indices(be, si.view, ri.view, k, io.view); });
   });
 }
 
@@ -24,18 +24,19 @@ void topk_indices_paged(nb::handle scores, nb::handle ranges, dsa::index_t k, nb
     const auto bi = in<std::int32_t, 2>(p, block_table, "block_table");
     const auto so = out<std::int32_t, 2>(p, slots, "slots");
     p.run([&](const auto& be) {
-      DSA_PY_CALL(topk_indices_paged, be, si.view, ri.view, k, bi.view, block_size, so.view);
+      dsa::topk_indices_paged(be, si.view, ri.view, k, bi.view, block_size, so.view);
     });
   });
 }
 
-/// gather_rows copies rows bit for bit, so any element type is gathered as the raw element of
-/// its size: float32, bfloat16, float8 codes, cache-row bytes, int32, ...
-template <class U, class P, class I>
+/// gather_rows copies rows bit for bit, so any element type is gathered as the unsigned integer
+/// of its size: float32, bfloat16, float8 codes, cache-row bytes, int32, ...
+template <std::size_t N, class P, class I>
 void gather_as(const P& p, const ro_array& sa, const I& ii, const rw_array& da) {
-  const auto sv = view_of<const U, 2>(p, sa, "src");
-  const auto dv = view_of<U, 3>(p, da, "dst");
-  p.run([&](const auto& be) { DSA_PY_CALL(gather_rows, be, sv, ii.view, dv); });
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "gather_rows' instance list names these sizes");
+  const auto sv = view_of<const raw_uint<N>, 2, raw_element<N>>(p, sa, "src");
+  const auto dv = view_of<raw_uint<N>, 3, raw_element<N>>(p, da, "dst");
+  p.run([&](const auto& be) { dsa::gather_rows(be, sv, ii.view, dv); });
 }
 
 void gather_rows(nb::handle src, nb::handle indices, nb::handle dst, int threads, std::uintptr_t stream) {
@@ -48,10 +49,10 @@ void gather_rows(nb::handle src, nb::handle indices, nb::handle dst, int threads
       dsa::fail(p.op, "dst.dtype", dtype_name(dd), "the dtype of src, " + dtype_name(sd));
     }
     switch (sa.itemsize()) {
-      case 1: return gather_as<raw_element<1>>(p, sa, ii, da);
-      case 2: return gather_as<raw_element<2>>(p, sa, ii, da);
-      case 4: return gather_as<raw_element<4>>(p, sa, ii, da);
-      case 8: return gather_as<raw_element<8>>(p, sa, ii, da);
+      case 1: return gather_as<1>(p, sa, ii, da);
+      case 2: return gather_as<2>(p, sa, ii, da);
+      case 4: return gather_as<4>(p, sa, ii, da);
+      case 8: return gather_as<8>(p, sa, ii, da);
       default: dsa::fail(p.op, "src.dtype", dtype_name(sd), "an element of 1, 2, 4 or 8 bytes");
     }
   });

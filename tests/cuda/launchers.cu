@@ -1,6 +1,7 @@
 // The CUDA test launchers: kernels that run dsa's shared numerics and arch/ helpers on the device,
-// and host functions that move data in and out. See launchers.hpp. launchers_fast_math.cu
-// compiles this file again with --use_fast_math.
+// and host functions that move data in and out; with the default flags, also the dense kernels'
+// grid-capped entry points. See launchers.hpp. launchers_fast_math.cu compiles this file again
+// with --use_fast_math.
 #include "launchers.hpp"
 
 #include <cstdint>
@@ -244,6 +245,18 @@ device_warp_reductions warp_reduce(std::span<const float> x) {
 }
 
 }  // namespace
+
+#if !DSA_TEST_LAUNCHERS_FAST_MATH
+void fp8_linear_grid_rows(const dsa::cuda_backend& be, dsa::device_view<const dsa::bf16, 2> x,
+                          dsa::device_view<const dsa::fp8_e4m3, 2> w, dsa::device_view<const float, 2> w_scale,
+                          dsa::device_view<dsa::bf16, 2> y, dsa::scale_format act_format, index_t max_rows) {
+  dsa::cuda_detail::run_fp8_linear(be, x, w, w_scale, y, act_format, max_rows);
+}
+void linear_simt_grid_rows(const dsa::cuda_backend& be, dsa::device_view<const dsa::bf16, 2> x,
+                           dsa::device_view<const float, 2> w, dsa::device_view<float, 2> y, index_t max_rows) {
+  dsa::cuda_detail::run_linear_simt(be, x, w, y, max_rows);
+}
+#endif
 
 #if DSA_TEST_LAUNCHERS_FAST_MATH
 const cuda_launchers& cuda_launchers_fast_math() {

@@ -2,7 +2,8 @@
 //
 // DESIGN §5 keeps doctest, Eigen and Google Benchmark out of .cu files: nvcc compiles only the
 // kernels and these small host functions, and the doctest tests (.cpp, g++) call them and compare
-// with the host. Only standard host types cross this boundary.
+// with the host. Only standard host types cross this boundary, and for the kernel hooks at the end
+// the backend and device views, which are plain C++ too.
 //
 // The same launchers are compiled twice, with nvcc's default flags and with --use_fast_math (as
 // many inference engines build), to show that the shared numerics give the same bits either way.
@@ -12,6 +13,12 @@
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "dsa/core/backend.hpp"
+#include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
+#include "dsa/cuda/backend.hpp"
+#include "dsa/numerics/fp8_quant.hpp"
 
 namespace dsa_test {
 
@@ -65,5 +72,17 @@ struct cuda_launchers {
 const cuda_launchers& cuda_launchers_default();
 /// Compiled with --use_fast_math (flush-to-zero, approximate division and transcendentals).
 const cuda_launchers& cuda_launchers_fast_math();
+
+// ---- kernels below the ops' front-ends (default flags only) -------------------------------------
+// The public ops are called directly from the tests (dsa/cuda/ops.hpp); these reach the dense
+// kernels on arguments the caller has checked (dsa::cuda_detail::run_fp8_linear, run_linear_simt)
+// with at most max_rows blocks along y, so that a small shape makes each block loop over several
+// row tiles. Asynchronous on be.stream, like the ops.
+
+void fp8_linear_grid_rows(const dsa::cuda_backend& be, dsa::device_view<const dsa::bf16, 2> x,
+                          dsa::device_view<const dsa::fp8_e4m3, 2> w, dsa::device_view<const float, 2> w_scale,
+                          dsa::device_view<dsa::bf16, 2> y, dsa::scale_format act_format, dsa::index_t max_rows);
+void linear_simt_grid_rows(const dsa::cuda_backend& be, dsa::device_view<const dsa::bf16, 2> x,
+                           dsa::device_view<const float, 2> w, dsa::device_view<float, 2> y, dsa::index_t max_rows);
 
 }  // namespace dsa_test

@@ -1,11 +1,14 @@
 // Helpers of the CUDA op tests (test_ops_*.cpp): a stream per test, uploads and downloads of host
 // vectors, fake device views for front-end checks that must fail before touching the device, and
-// a bit-exact comparison (NaNs of any sign and payload equal) that reports the first mismatches.
+// a bit-exact comparison (NaNs of any sign and payload equal) that reports the first mismatches,
+// and the near-equality of the ops that differ from the CPU only by a rare transcendental rounding.
 #pragma once
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <sstream>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "dsa/core/tensor_view.hpp"
+#include "dsa/core/types.hpp"
 #include "dsa/cuda/backend.hpp"
 #include "dsa/cuda/error.hpp"
 #include "dsa/cuda/memory.hpp"
@@ -92,6 +96,40 @@ void check_bits_equal(const std::string& what, const std::vector<T>& device, con
   }
   INFO(what << ": " << bad << " of " << host.size() << " elements differ (first at " << first << ")");
   CHECK(bad == 0);
+}
+
+/// Distance in units of the last place: the difference of the order-preserving integer images.
+inline std::int64_t ordered_float_bits(float f) {
+  std::int32_t i = 0;
+  std::memcpy(&i, &f, 4);
+  return i < 0 ? -static_cast<std::int64_t>(i & 0x7FFFFFFF) : i;
+}
+inline std::int64_t ulps(dsa::bf16 a, dsa::bf16 b) {
+  return std::llabs(ordered_float_bits(a.to_float()) - ordered_float_bits(b.to_float())) >> 16;
+}
+inline std::int64_t ulps(float a, float b) { return std::llabs(ordered_float_bits(a) - ordered_float_bits(b)); }
+
+/// Equal (or both NaN) except at most `max_ulps` apart on at most `fraction` of the elements:
+/// the parity of ops whose only non-shared arithmetic is a double transcendental (rope, swiglu,
+/// sparse_mha_attention).
+template <class T>
+void check_nearly_same(const char* what, const std::vector<T>& dev, const std::vector<T>& host, std::int64_t max_ulps,
+                       double fraction = 1e-4) {
+  REQUIRE(dev.size() == host.size());
+  std::size_t differ = 0, far = 0;
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    if (same_bits_or_both_nan(dev[i], host[i])) continue;
+    ++differ;
+    if (is_nan_value(dev[i]) || is_nan_value(host[i]) || ulps(dev[i], host[i]) > max_ulps) {
+      if (++far <= 5) {
+        MESSAGE(what << ": element " << i << ": device " << dsa::to_float(dev[i]) << ", host "
+                     << dsa::to_float(host[i]));
+      }
+    }
+  }
+  INFO(what << ": " << differ << " of " << host.size() << " differ, " << far << " by more than " << max_ulps << " ulp");
+  CHECK(far == 0);
+  CHECK(static_cast<double>(differ) <= std::max(2.0, fraction * static_cast<double>(host.size())));
 }
 
 }  // namespace dsa_test

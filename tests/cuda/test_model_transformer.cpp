@@ -37,11 +37,11 @@
 #include <unistd.h>
 
 #include "cuda/cuda_test.hpp"
-#include "cuda/model_launchers.hpp"
 #include "cuda/op_test.hpp"
 #include "dsa/core/backend.hpp"
 #include "dsa/cuda/blas.hpp"
 #include "dsa/model/cuda/device_sequence.hpp"
+#include "dsa/model/cuda/transformer.hpp"
 #include "dsa/model/random_checkpoint.hpp"
 #include "dsa/model/safetensors.hpp"
 #include "dsa/model/transformer.hpp"
@@ -51,7 +51,9 @@ namespace {
 namespace fs = std::filesystem;
 using dsa::index_t;
 using cpu_model = dsa::model::transformer<dsa::cpu_backend>;
-using dsa_test::cuda_model::cuda_transformer;
+// Compiled once by nvcc (dsa_cuda_transformer, DSA_EXTERN_CUDA_TRANSFORMER): this file, built by
+// the host compiler, calls the real class.
+using cuda_transformer = dsa::model::transformer<dsa::cuda_backend>;
 
 const fs::path tiny_dir = fs::path(DSA_TEST_DATA_DIR) / "tiny-dsv32";
 const fs::path tiny_random_dir = fs::path(DSA_TEST_DATA_DIR) / ".." / ".." / "models" / "tiny-random";
@@ -264,7 +266,7 @@ TEST_CASE("tiny-dsv32: CUDA prefill and decode match the CPU transformer and the
   // The model's own handle, unless the backend runs linear on dsa's SIMT kernel (under initcheck).
   CHECK((gpu_model.backend().blas != nullptr) == (gpu_model.backend().linear == dsa::cuda_linear_path::cublas));
   CHECK(gpu_model.backend().stream == s.get());
-  CHECK(gpu_model.device_weight_bytes() > 0);
+  CHECK(gpu_model.resources().device_weights().bytes() > 0);
   auto cpu = cpu_model::load(tiny_dir, dsa::cpu_backend{2});
   const run_log want = run(cpu, prompt, generated);
   const run_log got = run(gpu_model, prompt, generated);

@@ -1,13 +1,12 @@
-// The dense building blocks on the CUDA backend against the CPU backend: rms_norm, add_rms_norm,
-// layer_norm, rope_apply, swiglu, linear (cuBLAS and the SIMT kernel), fp8_linear and
-// sparse_mha_attention, over V3.2's shapes (7168 hidden, 1536 / 512 ranks, 128 heads, 576 / 512
-// latent, top-2048) and edge cases (strided and broadcast views, in place, ragged tiles, NaN and
-// inf, -1 and out-of-range indices, empty index rows). Tolerances, per op:
+// The dense family on the CUDA backend against the CPU backend (docs/architecture.md, "Op
+// families"): rms_norm, add_rms_norm, layer_norm, rope_apply, swiglu, linear (cuBLAS and the SIMT
+// kernel) and fp8_linear, over V3.2's shapes (7168 hidden, 1536 / 512 ranks, 128 heads) and edge
+// cases (strided and broadcast views, in place, ragged tiles, NaN and inf). Tolerances, per op:
 //   bit-identical           norms, fp8_linear (the CPU's summation order / an exact block dot);
-//   bit-identical but for   rope, swiglu, sparse_mha_attention: device double cos/sin/exp/log
+//   bit-identical but for   rope, swiglu: device double cos/sin/exp/log
 //   rare transcendentals    differ from glibc's by an ulp, which changes the fp32 rounding with
-//                           probability ~2^-28 per value: at most one bf16 ulp (lse: 2 fp32 ulps)
-//                           on at most 1e-4 of the elements;
+//                           probability ~2^-28 per value: at most one bf16 ulp on at most 1e-4
+//                           of the elements;
 //   error bound             linear: fp32 accumulation in cuBLAS's order, against a double
 //                           reference: |y - ref| <= (in + 2) 2^-23 sum|x w| + one output ulp.
 // NaN results compare as NaN (the hardware's NaN bit patterns differ between x86 and the GPU).
@@ -17,7 +16,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -27,20 +25,19 @@
 #include <vector>
 
 #include "cuda/cuda_test.hpp"
-#include "cuda/op_launchers_dense.hpp"
+#include "cuda/launchers.hpp"
 #include "cuda/op_test.hpp"
 #include "dsa/cpu/activation.hpp"
 #include "dsa/cpu/linear.hpp"
 #include "dsa/cpu/norm.hpp"
 #include "dsa/cpu/rope.hpp"
-#include "dsa/cpu/sparse_mha_attention.hpp"
 #include "dsa/cuda/blas.hpp"
 #include "dsa/cuda/error.hpp"
+#include "dsa/cuda/ops.hpp"
 #include "dsa/ops/activation.hpp"
 #include "dsa/ops/linear.hpp"
 #include "dsa/ops/norm.hpp"
 #include "dsa/ops/rope.hpp"
-#include "dsa/ops/sparse_mha_attention.hpp"
 #include "support/random.hpp"
 
 namespace {
@@ -48,40 +45,8 @@ namespace {
 using dsa::bf16;
 using dsa::fp8_e4m3;
 using dsa::index_t;
-namespace ops = dsa_test::cuda_ops;
 constexpr float nan_f = std::numeric_limits<float>::quiet_NaN();
 constexpr float inf_f = std::numeric_limits<float>::infinity();
-
-// Distance in units of the last place: the difference of the order-preserving integer images.
-std::int64_t ordered(float f) {
-  std::int32_t i = 0;
-  std::memcpy(&i, &f, 4);
-  return i < 0 ? -static_cast<std::int64_t>(i & 0x7FFFFFFF) : i;
-}
-std::int64_t ulps(bf16 a, bf16 b) { return std::llabs(ordered(a.to_float()) - ordered(b.to_float())) >> 16; }
-std::int64_t ulps(float a, float b) { return std::llabs(ordered(a) - ordered(b)); }
-
-// Equal (or both NaN) except at most `max_ulps` apart on at most `fraction` of the elements:
-// the parity of ops whose only non-shared arithmetic is a double transcendental.
-template <class T>
-void check_nearly_same(const char* what, const std::vector<T>& dev, const std::vector<T>& host, std::int64_t max_ulps,
-                       double fraction = 1e-4) {
-  REQUIRE(dev.size() == host.size());
-  std::size_t differ = 0, far = 0;
-  for (std::size_t i = 0; i < host.size(); ++i) {
-    if (dsa_test::same_bits_or_both_nan(dev[i], host[i])) continue;
-    ++differ;
-    if (dsa_test::is_nan_value(dev[i]) || dsa_test::is_nan_value(host[i]) || ulps(dev[i], host[i]) > max_ulps) {
-      if (++far <= 5) {
-        MESSAGE(what << ": element " << i << ": device " << dsa::to_float(dev[i]) << ", host "
-                     << dsa::to_float(host[i]));
-      }
-    }
-  }
-  INFO(what << ": " << differ << " of " << host.size() << " differ, " << far << " by more than " << max_ulps << " ulp");
-  CHECK(far == 0);
-  CHECK(static_cast<double>(differ) <= std::max(2.0, fraction * static_cast<double>(host.size())));
-}
 
 template <class T>
 std::vector<T> random_values(std::size_t n, std::uint64_t seed, float sigma = 1.0f) {
@@ -153,13 +118,13 @@ void check_norm(norm_kind kind, index_t t, index_t d, index_t ld, bool in_place,
   const auto be = stream.backend();
   if (kind == norm_kind::rms) {
     dsa::rms_norm(dsa::cpu, hxv, hw, hyv, eps);
-    ops::rms_norm(be, dxv, dw.view({d}), dyv, eps);
+    dsa::rms_norm(be, dxv, dw.view({d}), dyv, eps);
   } else if (kind == norm_kind::layer) {
     dsa::layer_norm(dsa::cpu, hxv, hw, hb, hyv, eps);
-    ops::layer_norm(be, dxv, dw.view({d}), db.view({d}), dyv, eps);
+    dsa::layer_norm(be, dxv, dw.view({d}), db.view({d}), dyv, eps);
   } else if constexpr (std::is_same_v<X, bf16>) {
     dsa::add_rms_norm(dsa::cpu, hxv, hresv, hw, hyv, eps);
-    ops::add_rms_norm(be, dxv, dresv, dw.view({d}), dyv, eps);
+    dsa::add_rms_norm(be, dxv, dresv, dw.view({d}), dyv, eps);
   }
   if (in_place && std::is_same_v<X, bf16>) {
     dsa_test::check_bits_equal("y (in place)", dsa_test::download(dx, stream.get()), hx);
@@ -210,8 +175,8 @@ void check_rope(index_t t, index_t heads, index_t width, index_t offset, const d
   auto dx = dsa_test::upload(x, stream.get());
   auto dp = dsa_test::upload(pos, stream.get());
   const dsa::device_view<bf16, 3> dv(dx.data() + offset, {t, heads, cfg.dim}, {heads * width, width, 1});
-  ops::rope_apply(stream.backend(), dv, dp.view({t}), cfg, layout);
-  check_nearly_same("x", dsa_test::download(dx, stream.get()), hx, 1);
+  dsa::rope_apply(stream.backend(), dv, dp.view({t}), cfg, layout);
+  dsa_test::check_nearly_same("x", dsa_test::download(dx, stream.get()), hx, 1);
 }
 
 // ---- linear --------------------------------------------------------------------------------------
@@ -255,10 +220,10 @@ void check_linear(const dsa::cublas_handle& blas, dsa::cuda_linear_path path, in
   const dsa::device_view<O, 2> dyv(dy.data(), {t, out}, {ldy, 1});
   const auto call = [&] {
     if constexpr (std::is_same_v<X, bf16> && std::is_same_v<W, float> && std::is_same_v<O, float>) {
-      if (max_rows > 0) return ops::linear_simt_grid_rows(be, dxv, dwv, dyv, max_rows);
+      if (max_rows > 0) return dsa_test::linear_simt_grid_rows(be, dxv, dwv, dyv, max_rows);
     }
     REQUIRE(max_rows == 0);
-    ops::linear(be, dxv, dwv, dyv);
+    dsa::linear(be, dxv, dwv, dyv);
   };
   call();
   const auto y = dsa_test::download(dy, stream.get());
@@ -342,96 +307,14 @@ void check_fp8_linear(index_t t, index_t in, index_t out, index_t ldx, index_t l
   [&] {
     if constexpr (std::is_same_v<X, bf16> && std::is_same_v<O, bf16>) {
       if (max_rows > 0) {
-        return ops::fp8_linear_grid_rows(stream.backend(), dxv, dwv, dws.view({nbo, nbk}), dy.view({t, out}), fmt,
-                                         max_rows);
+        return dsa_test::fp8_linear_grid_rows(stream.backend(), dxv, dwv, dws.view({nbo, nbk}), dy.view({t, out}),
+                                              fmt, max_rows);
       }
     }
     REQUIRE(max_rows == 0);
-    ops::fp8_linear(stream.backend(), dxv, dwv, dws.view({nbo, nbk}), dy.view({t, out}), fmt);
+    dsa::fp8_linear(stream.backend(), dxv, dwv, dws.view({nbo, nbk}), dy.view({t, out}), fmt);
   }();
   dsa_test::check_bits_equal("y", dsa_test::download(dy, stream.get()), hy);
-}
-
-// ---- sparse_mha_attention ------------------------------------------------------------------------
-
-struct mha_case {
-  index_t s, h, n, k, d_nope, d_rope, d_v;
-  bool mqa;  // k_nope and v broadcast over heads (stride 0), v = the latent itself
-  dsa::attention_rounding rounding;
-  bool want_lse = true;
-};
-
-void check_sparse_mha(const mha_case& c, std::uint64_t seed) {
-  CAPTURE(c.s);
-  CAPTURE(c.h);
-  CAPTURE(c.n);
-  CAPTURE(c.k);
-  CAPTURE(c.d_nope);
-  CAPTURE(c.d_rope);
-  CAPTURE(c.d_v);
-  CAPTURE(c.mqa);
-  CAPTURE(static_cast<int>(c.rounding));
-  const index_t dqk = c.d_nope + c.d_rope;
-  const index_t kh = c.mqa ? 1 : c.h;
-  std::vector<bf16> q = random_values<bf16>(static_cast<std::size_t>(c.s * c.h * dqk), seed, 1.0f);
-  // Per-head keys and values interleaved as the wkv_b output [n, h, d_nope + d_v] (MHA), or one
-  // latent row [n, d_nope] that is both key and value (MQA).
-  const index_t kv_width = c.mqa ? c.d_nope : c.d_nope + c.d_v;
-  std::vector<bf16> kv = random_values<bf16>(static_cast<std::size_t>(std::max<index_t>(c.n * kh * kv_width, 1)),
-                                             seed + 1, 1.0f);
-  std::vector<bf16> kr = random_values<bf16>(static_cast<std::size_t>(std::max<index_t>(c.n * c.d_rope, 1)), seed + 2);
-  std::vector<std::int32_t> idx(static_cast<std::size_t>(c.s * c.k));
-  std::mt19937_64 rng(seed + 3);
-  for (index_t t = 0; t < c.s; ++t) {
-    for (index_t j = 0; j < c.k; ++j) {
-      std::int32_t r = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(std::max<index_t>(c.n, 1)));
-      const auto u = rng() % 16;
-      if (u == 0) r = -1;
-      if (u == 1) r = static_cast<std::int32_t>(c.n);                   // one past the end
-      if (u == 2) r = std::numeric_limits<std::int32_t>::min();
-      if (u == 3) r = std::numeric_limits<std::int32_t>::max();
-      idx[static_cast<std::size_t>(t * c.k + j)] = r;
-    }
-  }
-  if (c.s >= 2) {  // token 1: no used entry at all
-    for (index_t j = 0; j < c.k; ++j) idx[static_cast<std::size_t>(c.k + j)] = -1;
-  }
-  if (c.s >= 3 && c.k >= 2) {  // token 2: a NaN query head 0 and an inf query in head 1
-    q[static_cast<std::size_t>(2 * c.h * dqk)] = bf16(nan_f);
-    if (c.h >= 2) q[static_cast<std::size_t>(2 * c.h * dqk + dqk)] = bf16(inf_f);
-  }
-  const dsa::sparse_mha_config cfg{0.1660156f, c.rounding};
-  const index_t kh_stride = c.mqa ? 0 : kv_width;
-  auto host_views = [&](const bf16* kvp, const bf16* krp) {
-    return std::make_tuple(
-        dsa::host_view<const bf16, 3>(kvp, {c.n, c.h, c.d_nope}, {kh * kv_width, kh_stride, 1}),
-        dsa::host_view<const bf16, 2>(krp, {c.n, c.d_rope}, {c.d_rope, 1}),
-        dsa::host_view<const bf16, 3>(kvp + (c.mqa ? 0 : c.d_nope), {c.n, c.h, c.d_v}, {kh * kv_width, kh_stride, 1}));
-  };
-  const auto [hkn, hkr, hv] = host_views(kv.data(), kr.data());
-  std::vector<bf16> hout(static_cast<std::size_t>(c.s * c.h * c.d_v));
-  std::vector<float> hlse(static_cast<std::size_t>(c.s * c.h));
-  dsa::sparse_mha_attention(dsa::cpu, dsa::make_view(static_cast<const bf16*>(q.data()), {c.s, c.h, dqk}), hkn, hkr, hv,
-                            dsa::make_view(static_cast<const std::int32_t*>(idx.data()), {c.s, c.k}),
-                            dsa::make_view(hout.data(), {c.s, c.h, c.d_v}), cfg,
-                            c.want_lse ? dsa::make_view(hlse.data(), {c.s, c.h}) : dsa::host_view<float, 2>{});
-  dsa_test::test_stream stream;
-  auto dq = dsa_test::upload(q, stream.get());
-  auto dkv = dsa_test::upload(kv, stream.get());
-  auto dkr = dsa_test::upload(kr, stream.get());
-  auto didx = dsa_test::upload(idx, stream.get());
-  dsa::device_buffer<bf16> dout(c.s * c.h * c.d_v, stream.get());
-  dsa::device_buffer<float> dlse(c.s * c.h, stream.get());
-  const bf16* kvp = dkv.data();
-  ops::sparse_mha_attention(
-      stream.backend(), dq.view({c.s, c.h, dqk}),
-      dsa::device_view<const bf16, 3>(kvp, {c.n, c.h, c.d_nope}, {kh * kv_width, kh_stride, 1}),
-      dsa::device_view<const bf16, 2>(dkr.data(), {c.n, c.d_rope}, {c.d_rope, 1}),
-      dsa::device_view<const bf16, 3>(kvp + (c.mqa ? 0 : c.d_nope), {c.n, c.h, c.d_v}, {kh * kv_width, kh_stride, 1}),
-      didx.view({c.s, c.k}), dout.view({c.s, c.h, c.d_v}), cfg,
-      c.want_lse ? dlse.view({c.s, c.h}) : dsa::device_view<float, 2>{});
-  check_nearly_same("out", dsa_test::download(dout, stream.get()), hout, 1);
-  if (c.want_lse) check_nearly_same("lse", dsa_test::download(dlse, stream.get()), hlse, 2, 1e-3);
 }
 
 }  // namespace
@@ -443,46 +326,33 @@ TEST_CASE("cuda dense ops: front-end checks with device views (no GPU needed)") 
   auto x = dsa_test::fake_device_view<bf16, 2>({4, 7168});
   auto w = dsa_test::fake_device_view<float, 1>({7000});
   auto y = dsa_test::fake_device_view<bf16, 2>({4, 7168});
-  CHECK_THROWS_WITH_AS(ops::rms_norm(be, x, w, y, 1e-6f),
+  CHECK_THROWS_WITH_AS(dsa::rms_norm(be, x, w, y, 1e-6f),
                        doctest::Contains("dsa::rms_norm: weight.extent(0) = 7000; expected 7168"), dsa::error);
   auto w2 = dsa_test::fake_device_view<float, 1>({7168});
-  CHECK_THROWS_WITH_AS(ops::layer_norm(be, x, w2, w2, y, 0.0f),
+  CHECK_THROWS_WITH_AS(dsa::layer_norm(be, x, w2, w2, y, 0.0f),
                        doctest::Contains("dsa::layer_norm: eps = 0; expected a positive finite number"), dsa::error);
   auto res = dsa_test::fake_device_view<bf16, 2>({3, 7168});
-  CHECK_THROWS_WITH_AS(ops::add_rms_norm(be, x, res, w2, y, 1e-6f),
+  CHECK_THROWS_WITH_AS(dsa::add_rms_norm(be, x, res, w2, y, 1e-6f),
                        doctest::Contains("dsa::add_rms_norm: residual.extent(0) = 3; expected 4"), dsa::error);
 
   auto r = dsa_test::fake_device_view<bf16, 3>({4, 128, 64});
   auto pos = dsa_test::fake_device_view<std::int32_t, 1>({4});
   dsa::rope_config cfg;
   cfg.dim = 63;
-  CHECK_THROWS_WITH_AS(ops::rope_apply(be, r, pos, cfg, dsa::rope_layout::interleaved),
+  CHECK_THROWS_WITH_AS(dsa::rope_apply(be, r, pos, cfg, dsa::rope_layout::interleaved),
                        doctest::Contains("dsa::rope_apply: cfg.dim = 63; expected a positive even number"), dsa::error);
 
   auto g = dsa_test::fake_device_view<bf16, 2>({4, 2048});
   auto u = dsa_test::fake_device_view<bf16, 2>({4, 2047});
-  CHECK_THROWS_WITH_AS(ops::swiglu(be, g, u, g), doctest::Contains("dsa::swiglu: up.extent(1) = 2047; expected 2048"),
+  CHECK_THROWS_WITH_AS(dsa::swiglu(be, g, u, g), doctest::Contains("dsa::swiglu: up.extent(1) = 2047; expected 2048"),
                        dsa::error);
 
   auto fx = dsa_test::fake_device_view<bf16, 2>({4, 100});
   auto fw = dsa_test::fake_device_view<fp8_e4m3, 2>({256, 100});
   auto fs = dsa_test::fake_device_view<float, 2>({2, 1});
   auto fy = dsa_test::fake_device_view<bf16, 2>({4, 256});
-  CHECK_THROWS_WITH_AS(ops::fp8_linear(be, fx, fw, fs, fy, dsa::scale_format::ue8m0),
+  CHECK_THROWS_WITH_AS(dsa::fp8_linear(be, fx, fw, fs, fy, dsa::scale_format::ue8m0),
                        doctest::Contains("dsa::fp8_linear: x.extent(1) = 100; expected a multiple of 128"), dsa::error);
-
-  auto q = dsa_test::fake_device_view<bf16, 3>({2, 128, 192});
-  auto kn = dsa_test::fake_device_view<bf16, 3>({100, 128, 128});
-  auto kr = dsa_test::fake_device_view<bf16, 2>({100, 64});
-  auto v = dsa_test::fake_device_view<bf16, 3>({100, 128, 128});
-  auto idx = dsa_test::fake_device_view<std::int32_t, 2>({2, 2048});
-  auto o = dsa_test::fake_device_view<bf16, 3>({2, 128, 128});
-  CHECK_THROWS_WITH_AS(ops::sparse_mha_attention(be, q, kn, kr, v, idx, o, {0.0f, dsa::attention_rounding::bf16}, {}),
-                       doctest::Contains("dsa::sparse_mha_attention: cfg.softmax_scale = 0; expected a finite value > 0"),
-                       dsa::error);
-  auto v_bad = dsa_test::fake_device_view<bf16, 3>({100, 128, 512});
-  CHECK_THROWS_WITH_AS(ops::sparse_mha_attention(be, q, kn, kr, v_bad, idx, o, {0.1f, dsa::attention_rounding::bf16}, {}),
-                       doctest::Contains("dsa::sparse_mha_attention: out.extent(2) = 128; expected 512"), dsa::error);
 }
 
 TEST_CASE("cuda linear: a backend without a cuBLAS handle throws before any CUDA call (no GPU needed)") {
@@ -491,25 +361,25 @@ TEST_CASE("cuda linear: a backend without a cuBLAS handle throws before any CUDA
   auto x = dsa_test::fake_device_view<bf16, 2>({4, 7168});
   auto w = dsa_test::fake_device_view<bf16, 2>({1536, 7168});
   auto y = dsa_test::fake_device_view<bf16, 2>({4, 1536});
-  CHECK_THROWS_WITH_AS(ops::linear(be, x, w, y),
+  CHECK_THROWS_WITH_AS(dsa::linear(be, x, w, y),
                        "dsa::linear: backend.blas = null; expected a cuBLAS handle (dsa::cublas_handle) for the CUDA "
                        "backend",
                        dsa::error);
   // Every type combination checks it, the SIMT ones included.
   auto xf = dsa_test::fake_device_view<float, 2>({4, 7168});
   auto yf = dsa_test::fake_device_view<float, 2>({4, 1536});
-  CHECK_THROWS_AS(ops::linear(be, xf, w, yf), dsa::error);
+  CHECK_THROWS_AS(dsa::linear(be, xf, w, yf), dsa::error);
   // Shape errors come first, from the front-end.
   auto y_bad = dsa_test::fake_device_view<bf16, 2>({4, 1535});
-  CHECK_THROWS_WITH_AS(ops::linear(be, x, w, y_bad),
+  CHECK_THROWS_WITH_AS(dsa::linear(be, x, w, y_bad),
                        doctest::Contains("dsa::linear: y.extent(1) = 1535; expected 1536"), dsa::error);
   // An empty product returns before dispatch: no handle needed.
   auto x0 = dsa_test::fake_device_view<bf16, 2>({0, 7168});
   auto y0 = dsa_test::fake_device_view<bf16, 2>({0, 1536});
-  CHECK_NOTHROW(ops::linear(be, x0, w, y0));
+  CHECK_NOTHROW(dsa::linear(be, x0, w, y0));
   // A linear path that is neither cuBLAS nor SIMT is named, not taken for one of them.
   const dsa::cuda_backend odd{nullptr, nullptr, static_cast<dsa::cuda_linear_path>(7)};
-  CHECK_THROWS_WITH_AS(ops::linear(odd, x, w, y),
+  CHECK_THROWS_WITH_AS(dsa::linear(odd, x, w, y),
                        "dsa::linear: backend.linear = 7; expected cuda_linear_path::cublas (0) or "
                        "cuda_linear_path::simt (1)",
                        dsa::error);
@@ -608,11 +478,11 @@ TEST_CASE("cuda swiglu: the CPU's bits but for rare transcendental roundings") {
     auto du = dsa_test::upload(up, stream.get());
     dsa::device_buffer<bf16> dy(t * n, stream.get());
     if (in_place) {
-      ops::swiglu(stream.backend(), dg.view({t, n}), du.view({t, n}), dg.view({t, n}));
-      check_nearly_same("y (in place)", dsa_test::download(dg, stream.get()), hy, 1);
+      dsa::swiglu(stream.backend(), dg.view({t, n}), du.view({t, n}), dg.view({t, n}));
+      dsa_test::check_nearly_same("y (in place)", dsa_test::download(dg, stream.get()), hy, 1);
     } else {
-      ops::swiglu(stream.backend(), dg.view({t, n}), du.view({t, n}), dy.view({t, n}));
-      check_nearly_same("y", dsa_test::download(dy, stream.get()), hy, 1);
+      dsa::swiglu(stream.backend(), dg.view({t, n}), du.view({t, n}), dy.view({t, n}));
+      dsa_test::check_nearly_same("y", dsa_test::download(dy, stream.get()), hy, 1);
     }
   }
 }
@@ -706,22 +576,4 @@ TEST_CASE("cuda linear and fp8_linear: more than 65535 row tiles (grid y clamped
   check_fp8_linear<bf16, bf16>(fp8_rows, 128, 1, 128, 128, dsa::scale_format::ue8m0, false, 900);
   const index_t simt_rows = 65535 * 64 + 3;  // 4,194,243 rows of 4; mixed types: the SIMT kernel
   check_linear<bf16, float, float>(blas, dsa::cuda_linear_path::cublas, simt_rows, 4, 3, 4, 4, 3, 901);
-}
-
-TEST_CASE("cuda sparse_mha_attention: the CPU's bits but for rare transcendental roundings") {
-  DSA_TEST_REQUIRE_CUDA_DEVICE();
-  using dsa::attention_rounding;
-  std::uint64_t seed = 700;
-  for (const attention_rounding r : {attention_rounding::fp32, attention_rounding::bf16, attention_rounding::bf16_split}) {
-    // V3.2 MHA prefill: 128 heads, 128 nope + 64 rope, v 128, top-2048.
-    check_sparse_mha({3, 128, 3000, 2048, 128, 64, 128, false, r}, ++seed);
-    // V3.2 absorbed decode: one 512-wide latent shared by 128 heads (stride 0), 64 rope.
-    check_sparse_mha({3, 128, 2500, 2048, 512, 64, 512, true, r}, ++seed);
-    // More entries than one shared-memory chunk (logits recomputed per pass), no lse.
-    check_sparse_mha({3, 4, 700, 5000, 64, 32, 96, false, r, false}, ++seed);
-    // Wider values than one column group (512), no rope, duplicate rows (n small).
-    check_sparse_mha({3, 2, 5, 64, 48, 0, 700, false, r}, ++seed);
-    // A single key row, a single entry.
-    check_sparse_mha({4, 3, 1, 1, 16, 8, 16, true, r}, ++seed);
-  }
 }

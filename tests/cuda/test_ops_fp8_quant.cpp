@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "cuda/cuda_test.hpp"
-#include "cuda/op_launchers.hpp"
 #include "cuda/op_test.hpp"
 #include "dsa/cpu/fp8_quant.hpp"
+#include "dsa/cuda/ops.hpp"
 #include "dsa/ops/fp8_quant.hpp"
 #include "support/random.hpp"
 
@@ -21,7 +21,6 @@ namespace {
 
 using dsa::fp8_e4m3;
 using dsa::index_t;
-namespace ops = dsa_test::cuda_ops;
 
 // Values over many binades, with special values sprinkled in (every 97th a NaN, every 89th an
 // infinity, a run of zeros, subnormals) when `poison` is set.
@@ -57,7 +56,7 @@ void check_act_quant(index_t rows, index_t cols, index_t row_stride, dsa::act_qu
   auto dx = dsa_test::upload(x, stream.get());
   dsa::device_buffer<fp8_e4m3> dq(rows * cols, stream.get());
   dsa::device_buffer<float> ds(rows * groups, stream.get());
-  ops::act_quant(stream.backend(), dsa::device_view<const T, 2>(dx.data(), {rows, cols}, {row_stride, 1}),
+  dsa::act_quant(stream.backend(), dsa::device_view<const T, 2>(dx.data(), {rows, cols}, {row_stride, 1}),
                  dq.view({rows, cols}), ds.view({rows, groups}), cfg);
   dsa_test::check_bits_equal("q", dsa_test::download(dq, stream.get()), q);
   dsa_test::check_bits_equal("s", dsa_test::download(ds, stream.get()), s);
@@ -70,7 +69,7 @@ void check_act_quant(index_t rows, index_t cols, index_t row_stride, dsa::act_qu
   auto dq2 = dsa_test::upload(q, stream.get());
   auto ds2 = dsa_test::upload(s, stream.get());
   dsa::device_buffer<T> dy(rows * cols, stream.get());
-  ops::act_dequant(stream.backend(), dq2.view({rows, cols}), ds2.view({rows, groups}), dy.view({rows, cols}),
+  dsa::act_dequant(stream.backend(), dq2.view({rows, cols}), ds2.view({rows, groups}), dy.view({rows, cols}),
                    cfg.group_size);
   dsa_test::check_bits_equal("y", dsa_test::download(dy, stream.get()), y);
 }
@@ -93,9 +92,9 @@ void check_weight_quant(index_t rows, index_t cols, bool poison, std::uint64_t s
   auto dw = dsa_test::upload(w, stream.get());
   dsa::device_buffer<fp8_e4m3> dq(rows * cols, stream.get());
   dsa::device_buffer<float> ds(br * bc, stream.get());
-  ops::weight_quant(stream.backend(), dw.view({rows, cols}), dq.view({rows, cols}), ds.view({br, bc}));
+  dsa::weight_quant(stream.backend(), dw.view({rows, cols}), dq.view({rows, cols}), ds.view({br, bc}));
   dsa::device_buffer<T> dback(rows * cols, stream.get());
-  ops::weight_dequant(stream.backend(), dq.view({rows, cols}), ds.view({br, bc}), dback.view({rows, cols}));
+  dsa::weight_dequant(stream.backend(), dq.view({rows, cols}), ds.view({br, bc}), dback.view({rows, cols}));
   dsa_test::check_bits_equal("q", dsa_test::download(dq, stream.get()), q);
   dsa_test::check_bits_equal("s", dsa_test::download(ds, stream.get()), s);
   dsa_test::check_bits_equal("w", dsa_test::download(dback, stream.get()), back);

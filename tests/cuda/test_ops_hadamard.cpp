@@ -11,16 +11,15 @@
 #include <vector>
 
 #include "cuda/cuda_test.hpp"
-#include "cuda/op_launchers.hpp"
 #include "cuda/op_test.hpp"
 #include "dsa/cpu/hadamard.hpp"
+#include "dsa/cuda/ops.hpp"
 #include "dsa/ops/hadamard.hpp"
 #include "support/random.hpp"
 
 namespace {
 
 using dsa::index_t;
-namespace ops = dsa_test::cuda_ops;
 
 // Rows of n values, row stride `stride` >= n (the gaps hold garbage the op must not touch).
 template <class T>
@@ -49,9 +48,9 @@ void compare_with_cpu(index_t rows, index_t n, index_t stride, float scale, bool
   const dsa::device_view<T, 2> vx(dx.data(), {rows, n}, {stride, 1});
   const dsa::device_view<T, 2> vy(dy.data(), {rows, n}, {stride, 1});
   if (in_place) {
-    ops::hadamard_transform(stream.backend(), vy, vy, scale);
+    dsa::hadamard_transform(stream.backend(), vy, vy, scale);
   } else {
-    ops::hadamard_transform(stream.backend(), vx, vy, scale);
+    dsa::hadamard_transform(stream.backend(), vx, vy, scale);
   }
   dsa_test::check_bits_equal("y", dsa_test::download(dy, stream.get()), expected);
 }
@@ -110,7 +109,7 @@ TEST_CASE("cuda hadamard_transform: sizes whose row exceeds shared memory are re
   const index_t n = 40 * 32768;  // 5 MB of fp32: more than any GPU's shared memory per block
   dsa::device_buffer<float> buf(2 * n, stream.get());
   const dsa::device_view<float, 2> v(buf.data(), {2, n});
-  CHECK_THROWS_WITH_AS(ops::hadamard_transform(stream.backend(), v, v, 1.0f),
+  CHECK_THROWS_WITH_AS(dsa::hadamard_transform(stream.backend(), v, v, 1.0f),
                        doctest::Contains("dsa::hadamard_transform: x.extent(1) = 1310720; expected a size whose fp32 "
                                          "row fits the device's shared memory"),
                        dsa::error);

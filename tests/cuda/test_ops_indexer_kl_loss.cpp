@@ -22,17 +22,16 @@
 #include <vector>
 
 #include "cuda/cuda_test.hpp"
-#include "cuda/op_launchers_indexer_kl_loss.hpp"
 #include "cuda/op_test.hpp"
 #include "dsa/cpu/indexer_kl_loss.hpp"
 #include "dsa/cuda/memory.hpp"
+#include "dsa/cuda/ops.hpp"
 #include "dsa/ops/indexer_kl_loss.hpp"
 #include "support/random.hpp"
 
 namespace {
 
 using dsa::index_t;
-namespace ops = dsa_test::cuda_ops;
 constexpr float inf = std::numeric_limits<float>::infinity();
 constexpr float nan_f = std::numeric_limits<float>::quiet_NaN();
 
@@ -135,9 +134,9 @@ kl_result run_cuda(const kl_problem& pr) {
   const dsa::device_view<float, 1> loss(dl.data(), {1});
   const dsa::device_view<std::byte, 1> ws(dw.data(), {ws_bytes});
   if (pr.sparse) {
-    ops::indexer_kl_loss_sparse(stream.backend(), attn, scores, kv, loss, grad, ws);
+    dsa::indexer_kl_loss_sparse(stream.backend(), attn, scores, kv, loss, grad, ws);
   } else {
-    ops::indexer_kl_loss_dense(stream.backend(), attn, scores, kv, loss, grad, ws);
+    dsa::indexer_kl_loss_dense(stream.backend(), attn, scores, kv, loss, grad, ws);
   }
   kl_result r;
   r.grad = dsa_test::download(dg, stream.get());
@@ -349,39 +348,39 @@ TEST_CASE("cuda indexer_kl_loss: front-end and workspace checks with device view
   auto ws = dsa_test::fake_device_view<std::byte, 1>({sparse_bytes});
 
   auto small = dsa_test::fake_device_view<std::byte, 1>({dense_bytes - 1});
-  CHECK_THROWS_WITH_AS(ops::indexer_kl_loss_dense(be, attn, scores, ranges, loss, grad, small),
+  CHECK_THROWS_WITH_AS(dsa::indexer_kl_loss_dense(be, attn, scores, ranges, loss, grad, small),
                        doctest::Contains("dsa::indexer_kl_loss_dense: workspace.extent(0) = 31; expected at least "
                                          "indexer_kl_loss_dense_workspace_size(m) = 32 bytes"),
                        dsa::error);
   auto small_sparse = dsa_test::fake_device_view<std::byte, 1>({sparse_bytes - 16});
-  CHECK_THROWS_WITH_AS(ops::indexer_kl_loss_sparse(be, attn, scores, topk, loss, grad, small_sparse),
+  CHECK_THROWS_WITH_AS(dsa::indexer_kl_loss_sparse(be, attn, scores, topk, loss, grad, small_sparse),
                        doctest::Contains("dsa::indexer_kl_loss_sparse: workspace.extent(0) = 144; expected at least "
                                          "indexer_kl_loss_sparse_workspace_size(m, k) = 160 bytes"),
                        dsa::error);
   const dsa::device_view<std::byte, 1> misaligned(ws.data_handle() + 8, {dense_bytes});
-  CHECK_THROWS_WITH_AS(ops::indexer_kl_loss_dense(be, attn, scores, ranges, loss, grad, misaligned),
+  CHECK_THROWS_WITH_AS(dsa::indexer_kl_loss_dense(be, attn, scores, ranges, loss, grad, misaligned),
                        doctest::Contains("dsa::indexer_kl_loss_dense: workspace.data_handle() % 16 = 8; expected 0"),
                        dsa::error);
   const dsa::device_view<std::byte, 1> over_grad(reinterpret_cast<std::byte*>(grad.data_handle()), {sparse_bytes});
-  CHECK_THROWS_WITH_AS(ops::indexer_kl_loss_sparse(be, attn, scores, topk, loss, grad, over_grad),
+  CHECK_THROWS_WITH_AS(dsa::indexer_kl_loss_sparse(be, attn, scores, topk, loss, grad, over_grad),
                        doctest::Contains("dsa::indexer_kl_loss_sparse: workspace = a view overlapping grad_index"),
                        dsa::error);
   const dsa::device_view<std::byte, 1> strided(ws.data_handle(), {dense_bytes}, {2});
-  CHECK_THROWS_WITH_AS(ops::indexer_kl_loss_dense(be, attn, scores, ranges, loss, grad, strided),
+  CHECK_THROWS_WITH_AS(dsa::indexer_kl_loss_dense(be, attn, scores, ranges, loss, grad, strided),
                        doctest::Contains("dsa::indexer_kl_loss_dense: workspace.stride(0) = 2; expected 1"),
                        dsa::error);
   // The argument checks come first, as in the workspace-less overloads.
   auto bad_ranges = dsa_test::fake_device_view<std::int32_t, 2>({m - 1, 2});
-  CHECK_THROWS_WITH_AS(ops::indexer_kl_loss_dense(be, attn, scores, bad_ranges, loss, grad, ws),
+  CHECK_THROWS_WITH_AS(dsa::indexer_kl_loss_dense(be, attn, scores, bad_ranges, loss, grad, ws),
                        doctest::Contains("dsa::indexer_kl_loss_dense: ranges.extent(0) = 3"), dsa::error);
   auto bad_topk = dsa_test::fake_device_view<std::int32_t, 2>({m + 1, k});
-  CHECK_THROWS_WITH_AS(ops::indexer_kl_loss_sparse(be, attn, scores, bad_topk, loss, grad, ws),
+  CHECK_THROWS_WITH_AS(dsa::indexer_kl_loss_sparse(be, attn, scores, bad_topk, loss, grad, ws),
                        doctest::Contains("dsa::indexer_kl_loss_sparse: topk.extent(0) = 5; expected 4"), dsa::error);
   auto bad_grad = dsa_test::fake_device_view<float, 2>({m, n + 1});
-  CHECK_THROWS_WITH_AS(ops::indexer_kl_loss_dense(be, attn, scores, ranges, loss, bad_grad, ws),
+  CHECK_THROWS_WITH_AS(dsa::indexer_kl_loss_dense(be, attn, scores, ranges, loss, bad_grad, ws),
                        doctest::Contains("dsa::indexer_kl_loss_dense: grad_index.extent(1) = 17; expected 16"),
                        dsa::error);
   auto bad_loss = dsa_test::fake_device_view<float, 1>({2});
-  CHECK_THROWS_WITH_AS(ops::indexer_kl_loss_sparse(be, attn, scores, topk, bad_loss, grad, ws),
+  CHECK_THROWS_WITH_AS(dsa::indexer_kl_loss_sparse(be, attn, scores, topk, bad_loss, grad, ws),
                        doctest::Contains("dsa::indexer_kl_loss_sparse: loss.extent(0) = 2; expected 1"), dsa::error);
 }

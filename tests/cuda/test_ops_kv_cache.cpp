@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "cuda/cuda_test.hpp"
-#include "cuda/op_launchers.hpp"
 #include "cuda/op_test.hpp"
 #include "dsa/cpu/kv_cache.hpp"
+#include "dsa/cuda/ops.hpp"
 #include "dsa/ops/kv_cache.hpp"
 #include "support/random.hpp"
 
@@ -22,7 +22,6 @@ namespace {
 using dsa::bf16;
 using dsa::fp8_e4m3;
 using dsa::index_t;
-namespace ops = dsa_test::cuda_ops;
 
 std::vector<bf16> kv_values(index_t tokens, index_t stride, std::uint64_t seed) {
   std::vector<float> v = dsa_test::normal(static_cast<std::size_t>(tokens * stride), seed, 3.0f);
@@ -62,10 +61,10 @@ void check_kv_fp8(index_t tokens, index_t kv_stride, index_t rows, const std::ve
   auto dslots = dsa_test::upload(slots, stream.get());
   const dsa::device_view<const std::int32_t, 1> vslots =
       slots.empty() ? dsa::device_view<const std::int32_t, 1>{} : std::as_const(dslots).view({tokens});
-  ops::kv_cache_fp8_pack(stream.backend(), dsa::device_view<const bf16, 2>(dkv.data(), {tokens, 576}, {kv_stride, 1}),
+  dsa::kv_cache_fp8_pack(stream.backend(), dsa::device_view<const bf16, 2>(dkv.data(), {tokens, 576}, {kv_stride, 1}),
                          dcache.view({rows, 656}), vslots);
   dsa::device_buffer<bf16> dback(rows * 576, stream.get());
-  ops::kv_cache_fp8_unpack(stream.backend(), dcache.view({rows, 656}), dback.view({rows, 576}));
+  dsa::kv_cache_fp8_unpack(stream.backend(), dcache.view({rows, 656}), dback.view({rows, 576}));
   dsa_test::check_bits_equal("cache", dsa_test::download(dcache, stream.get()), cache);
   dsa_test::check_bits_equal("kv", dsa_test::download(dback, stream.get()), back);
 }
@@ -94,11 +93,11 @@ void check_indexer_cache(index_t tokens, index_t rows, const std::vector<std::in
   auto dslots = dsa_test::upload(slots, stream.get());
   const dsa::device_view<const std::int32_t, 1> vslots =
       slots.empty() ? dsa::device_view<const std::int32_t, 1>{} : std::as_const(dslots).view({tokens});
-  ops::indexer_cache_pack(stream.backend(), dk.view({tokens, 128}), ds.view({tokens}), dcache.view({rows, 132}),
+  dsa::indexer_cache_pack(stream.backend(), dk.view({tokens, 128}), ds.view({tokens}), dcache.view({rows, 132}),
                           vslots);
   dsa::device_buffer<fp8_e4m3> dk_back(rows * 128, stream.get());
   dsa::device_buffer<float> ds_back(rows, stream.get());
-  ops::indexer_cache_unpack(stream.backend(), dcache.view({rows, 132}), dk_back.view({rows, 128}),
+  dsa::indexer_cache_unpack(stream.backend(), dcache.view({rows, 132}), dk_back.view({rows, 128}),
                             ds_back.view({rows}));
   dsa_test::check_bits_equal("cache", dsa_test::download(dcache, stream.get()), cache);
   dsa_test::check_bits_equal("k", dsa_test::download(dk_back, stream.get()), k_back);
@@ -136,7 +135,7 @@ TEST_CASE("cuda cache packs: device-side slots outside the cache skip their toke
   auto dpadded = dsa_test::upload(padded, stream.get());
   auto dslots = dsa_test::upload(slots, stream.get());
   const dsa::device_view<std::uint8_t, 2> cache(dpadded.data() + 656, {rows, 656});
-  ops::kv_cache_fp8_pack(stream.backend(), dkv.view({tokens, 576}), cache, dslots.view({tokens}));
+  dsa::kv_cache_fp8_pack(stream.backend(), dkv.view({tokens, 576}), cache, dslots.view({tokens}));
   const std::vector<std::uint8_t> after = dsa_test::download(dpadded, stream.get());
   std::vector<std::uint8_t> expected = padded;
   dsa::kv_fp8_row_encode(kv.data() + 576, expected.data() + 2 * 656);  // token 1 -> row 1

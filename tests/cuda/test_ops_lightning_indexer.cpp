@@ -28,10 +28,10 @@
 #include <vector>
 
 #include "cuda/cuda_test.hpp"
-#include "cuda/op_launchers_lightning_indexer.hpp"
 #include "cuda/op_test.hpp"
 #include "dsa/core/error.hpp"
 #include "dsa/cpu/lightning_indexer.hpp"
+#include "dsa/cuda/ops.hpp"
 #include "dsa/ops/lightning_indexer.hpp"
 #include "support/random.hpp"
 
@@ -39,7 +39,6 @@ namespace {
 
 using dsa::fp8_e4m3;
 using dsa::index_t;
-namespace ops = dsa_test::cuda_ops;
 constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 constexpr float sentinel = 12345.0f;  // the padding of strided outputs, which must survive
 
@@ -128,7 +127,7 @@ struct fwd_problem {
     auto ds = dsa_test::upload(k_scale, stream.get());
     auto dr = dsa_test::upload(device_ranges, stream.get());
     auto dout = dsa_test::upload(std::vector<float>(static_cast<std::size_t>(m * ld()), sentinel), stream.get());
-    ops::lightning_indexer_scores(stream.backend(), dview_of<const T, 3>(dq, {m, heads, d}, {qs0(), qs1(), 1}, lay.offset),
+    dsa::lightning_indexer_scores(stream.backend(), dview_of<const T, 3>(dq, {m, heads, d}, {qs0(), qs1(), 1}, lay.offset),
                                   dw.view({m, heads}), dview_of<const T, 2>(dk, {n, d}, {ks0(), 1}, lay.offset),
                                   ds.view({n}), dr.view({m, 2}), dview_of<float, 2>(dout, {m, n}, {ld(), 1}));
     return dsa_test::download(dout, stream.get());
@@ -351,7 +350,7 @@ struct paged_problem {
     auto dt = dsa_test::upload(dev_table, stream.get());
     auto dr = dsa_test::upload(ranges, stream.get());
     auto dout = dsa_test::upload(std::vector<float>(static_cast<std::size_t>(m * n), sentinel), stream.get());
-    ops::lightning_indexer_scores_paged(stream.backend(), dq.view({m, heads, 128}), dw.view({m, heads}),
+    dsa::lightning_indexer_scores_paged(stream.backend(), dq.view({m, heads, 128}), dw.view({m, heads}),
                                         dc.view({slots, 132}), dt.view({m, max_blocks}), block_size, dr.view({m, 2}),
                                         dout.view({m, n}));
     return dsa_test::download(dout, stream.get());
@@ -457,7 +456,7 @@ struct bwd_problem {
     auto gq = dsa_test::upload(std::vector<float>(q.size(), sentinel), stream.get());
     auto gw = dsa_test::upload(std::vector<float>(w.size(), sentinel), stream.get());
     auto gk = dsa_test::upload(std::vector<float>(k.size(), sentinel), stream.get());
-    ops::lightning_indexer_backward(stream.backend(), dq.view({m, heads, d}), dw.view({m, heads}), dk.view({n, d}),
+    dsa::lightning_indexer_backward(stream.backend(), dq.view({m, heads, d}), dw.view({m, heads}), dk.view({n, d}),
                                     ds.view({n}), dr.view({m, 2}), dg.view({m, n}),
                                     want_q ? gq.view({m, heads, d}) : dsa::device_view<float, 3>{},
                                     want_w ? gw.view({m, heads}) : dsa::device_view<float, 2>{},
@@ -602,46 +601,46 @@ TEST_CASE("cuda lightning_indexer: front-end checks with device views (no GPU ne
   auto r = dsa_test::fake_device_view<std::int32_t, 2>({4, 2});
   auto scores = dsa_test::fake_device_view<float, 2>({4, 100});
   auto w_bad = dsa_test::fake_device_view<float, 2>({4, 7});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_scores(be, q, w_bad, k, ks, r, scores),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_scores(be, q, w_bad, k, ks, r, scores),
                        doctest::Contains("dsa::lightning_indexer_scores: w.extent(1) = 7; expected 8"), dsa::error);
   auto k_bad = dsa_test::fake_device_view<fp8_e4m3, 2>({100, 64});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_scores(be, q, w, k_bad, ks, r, scores),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_scores(be, q, w, k_bad, ks, r, scores),
                        doctest::Contains("dsa::lightning_indexer_scores: k.extent(1) = 64; expected 128"), dsa::error);
   auto ks_bad = dsa_test::fake_device_view<float, 1>({99});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_scores(be, q, w, k, ks_bad, r, scores),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_scores(be, q, w, k, ks_bad, r, scores),
                        doctest::Contains("dsa::lightning_indexer_scores: k_scale.extent(0) = 99; expected 100"),
                        dsa::error);
   auto r_bad = dsa_test::fake_device_view<std::int32_t, 2>({4, 3});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_scores(be, q, w, k, ks, r_bad, scores),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_scores(be, q, w, k, ks, r_bad, scores),
                        doctest::Contains("dsa::lightning_indexer_scores: ranges.extent(1) = 3; expected 2"), dsa::error);
   const dsa::device_view<float, 2> strided_scores(scores.data_handle(), {4, 100}, {200, 2});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_scores(be, q, w, k, ks, r, strided_scores),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_scores(be, q, w, k, ks, r, strided_scores),
                        doctest::Contains("dsa::lightning_indexer_scores: scores.stride(1) = 2; expected 1"), dsa::error);
   auto qf = dsa_test::fake_device_view<float, 3>({4, 8, 128});
   auto kf = dsa_test::fake_device_view<float, 2>({101, 128});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_scores(be, qf, w, kf, ks, r, scores),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_scores(be, qf, w, kf, ks, r, scores),
                        doctest::Contains("dsa::lightning_indexer_scores: k.extent(0) = 101; expected 100"), dsa::error);
 
   // Paged.
   auto cache = dsa_test::fake_device_view<std::uint8_t, 2>({256, 132});
   auto table = dsa_test::fake_device_view<std::int32_t, 2>({4, 2});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_scores_paged(be, q, w, cache, table, 0, r, scores),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_scores_paged(be, q, w, cache, table, 0, r, scores),
                        doctest::Contains("dsa::lightning_indexer_scores_paged: block_size = 0; expected >= 1"),
                        dsa::error);
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_scores_paged(be, q, w, cache, table, 32, r, scores),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_scores_paged(be, q, w, cache, table, 32, r, scores),
                        doctest::Contains("dsa::lightning_indexer_scores_paged: scores.extent(1) = 100; expected <= "
                                          "block_table.extent(1) * block_size = 2 * 32"),
                        dsa::error);
   auto cache_bad = dsa_test::fake_device_view<std::uint8_t, 2>({256, 128});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_scores_paged(be, q, w, cache_bad, table, 64, r, scores),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_scores_paged(be, q, w, cache_bad, table, 64, r, scores),
                        doctest::Contains("dsa::lightning_indexer_scores_paged: cache.extent(1) = 128; expected 132"),
                        dsa::error);
   auto q64 = dsa_test::fake_device_view<fp8_e4m3, 3>({4, 8, 64});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_scores_paged(be, q64, w, cache, table, 64, r, scores),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_scores_paged(be, q64, w, cache, table, 64, r, scores),
                        doctest::Contains("dsa::lightning_indexer_scores_paged: q.extent(2) = 64; expected 128"),
                        dsa::error);
   auto table_bad = dsa_test::fake_device_view<std::int32_t, 2>({3, 2});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_scores_paged(be, q, w, cache, table_bad, 64, r, scores),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_scores_paged(be, q, w, cache, table_bad, 64, r, scores),
                        doctest::Contains("dsa::lightning_indexer_scores_paged: block_table.extent(0) = 3; expected 4"),
                        dsa::error);
 
@@ -652,18 +651,18 @@ TEST_CASE("cuda lightning_indexer: front-end checks with device views (no GPU ne
   auto gw = dsa_test::fake_device_view<float, 2>({4, 8});
   auto gk = dsa_test::fake_device_view<float, 2>({100, 128});
   auto gq_bad = dsa_test::fake_device_view<float, 3>({4, 8, 127});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_backward(be, qf, w, kf100, ks, r, g, gq_bad, gw, gk),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_backward(be, qf, w, kf100, ks, r, g, gq_bad, gw, gk),
                        doctest::Contains("dsa::lightning_indexer_backward: grad_q.extent(2) = 127; expected 128"),
                        dsa::error);
   auto gk_bad = dsa_test::fake_device_view<float, 2>({99, 128});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_backward(be, qf, w, kf100, ks, r, g, gq, gw, gk_bad),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_backward(be, qf, w, kf100, ks, r, g, gq, gw, gk_bad),
                        doctest::Contains("dsa::lightning_indexer_backward: grad_k.extent(0) = 99; expected 100"),
                        dsa::error);
   auto g_bad = dsa_test::fake_device_view<float, 2>({5, 100});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_backward(be, qf, w, kf100, ks, r, g_bad, gq, gw, gk),
+  CHECK_THROWS_WITH_AS(dsa::lightning_indexer_backward(be, qf, w, kf100, ks, r, g_bad, gq, gw, gk),
                        doctest::Contains("dsa::lightning_indexer_backward: grad_scores.extent(0) = 5; expected 4"),
                        dsa::error);
   // An output aliasing an input is rejected.
   const dsa::device_view<float, 3> gq_alias(qf.data_handle(), {4, 8, 128});
-  CHECK_THROWS_AS(ops::lightning_indexer_backward(be, qf, w, kf100, ks, r, g, gq_alias, gw, gk), dsa::error);
+  CHECK_THROWS_AS(dsa::lightning_indexer_backward(be, qf, w, kf100, ks, r, g, gq_alias, gw, gk), dsa::error);
 }

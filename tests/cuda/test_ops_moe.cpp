@@ -1,5 +1,5 @@
-// MoE routing, the MoE combine and the indexer's head weights on the CUDA backend against the CPU
-// backend.
+// The moe family (docs/architecture.md, "Op families"), MoE routing and the MoE combine, on the
+// CUDA backend against the CPU backend.
 //
 // moe_route: V3.2's gate (256 experts, 8 groups, top-4 groups, top-8, sigmoid, bias, 2.5) for 4096
 // tokens and the variants (no bias, no group limit, softmax, no normalisation, the tiny golden
@@ -8,9 +8,8 @@
 // expf, so the test data keeps a margin of 2^-18 (relative) at every selection boundary (the
 // topk_group-th vs the next group score, the top_k-th vs the next candidate), which no ulp-level
 // difference can cross: then the ids must be identical and the weights within 2^-19 relative (docs/cuda.md).
-// moe_combine and lightning_indexer_weights: bit-identical, incl. V3.2's 7168 features, the
-// 16-byte and the element paths, shared expert or none, -1 rows and device-side rows outside
-// [0, R) (contribute nothing), in place weights.
+// moe_combine: bit-identical, incl. V3.2's 7168 features, the 16-byte and the element paths,
+// shared expert or none, -1 rows and device-side rows outside [0, R) (contribute nothing).
 // Front-end checks with device views run without a GPU.
 #include <doctest/doctest.h>
 
@@ -22,12 +21,11 @@
 #include <vector>
 
 #include "cuda/cuda_test.hpp"
-#include "cuda/op_launchers_moe.hpp"
 #include "cuda/op_test.hpp"
-#include "dsa/cpu/indexer_weights.hpp"
 #include "dsa/cpu/moe_combine.hpp"
 #include "dsa/cpu/moe_routing.hpp"
 #include "dsa/cuda/memory.hpp"
+#include "dsa/cuda/ops.hpp"
 #include "dsa/numerics/moe_routing.hpp"
 #include "support/random.hpp"
 
@@ -35,7 +33,6 @@ namespace {
 
 using dsa::bf16;
 using dsa::index_t;
-namespace ops = dsa_test::cuda_ops;
 constexpr float nan_f = std::numeric_limits<float>::quiet_NaN();
 
 dsa::moe_routing_config v32_config() {
@@ -131,7 +128,7 @@ routing route_cuda(const std::vector<float>& x, index_t t, index_t E, index_t st
   const dsa::device_view<const float, 2> vx(dx.data(), {t, E}, {stride, 1});
   const dsa::device_view<const float, 1> vb =
       bias.empty() ? dsa::device_view<const float, 1>{} : dsa::device_view<const float, 1>(db.data(), {E});
-  ops::moe_route(stream.backend(), vx, vb, di.view({t, cfg.top_k}), dw.view({t, cfg.top_k}), cfg);
+  dsa::moe_route(stream.backend(), vx, vb, di.view({t, cfg.top_k}), dw.view({t, cfg.top_k}), cfg);
   routing r;
   r.ids = dsa_test::download(di, stream.get());
   r.weights = dsa_test::download(dw, stream.get());
@@ -283,7 +280,7 @@ void check_combine(const combine_case& c, std::uint64_t seed, bool bad_device_ro
   auto dy = dsa_test::upload(std::vector<bf16>(y_size, bf16::from_bits(0x7E7E)), stream.get());
   const dsa::device_view<const bf16, 2> vs =
       c.shared ? dsa::device_view<const bf16, 2>(dsh.data(), {c.t, c.d}) : dsa::device_view<const bf16, 2>{};
-  ops::moe_combine(stream.backend(), de.view({c.r, c.d}), dr.view({c.t, c.k}), dw.view({c.t, c.k}), vs,
+  dsa::moe_combine(stream.backend(), de.view({c.r, c.d}), dr.view({c.t, c.k}), dw.view({c.t, c.k}), vs,
                    dsa::device_view<bf16, 2>(dy.data() + c.y_offset, {c.t, c.d}, {c.y_stride, 1}));
   dsa_test::check_bits_equal("y", dsa_test::download(dy, stream.get()), expected);
 }
@@ -310,42 +307,6 @@ TEST_CASE("cuda moe_combine: device-side rows outside [0, R) contribute nothing,
   check_combine({16, 77, 8, 30, 77, 0, false}, 301, true);
 }
 
-TEST_CASE("cuda lightning_indexer_weights: bit-identical to the CPU, strided and in place") {
-  DSA_TEST_REQUIRE_CUDA_DEVICE();
-  const float head_scale = 1.0f / std::sqrt(64.0f);
-  const float dim_scale = 1.0f / std::sqrt(128.0f);
-  for (const index_t m : {index_t{1}, index_t{37}, index_t{4096}}) {
-    for (const index_t stride : {index_t{64}, index_t{70}}) {
-      for (const bool in_place : {false, true}) {
-        CAPTURE(m);
-        CAPTURE(stride);
-        CAPTURE(in_place);
-        const index_t H = 64;
-        const auto size = static_cast<std::size_t>(m * stride);
-        const auto proj = dsa_test::normal(size, static_cast<std::uint64_t>(m + stride), 3.0f);
-        auto q_scale = dsa_test::uniform(size, static_cast<std::uint64_t>(m * stride), 1e-4f, 0.01f);
-        q_scale[0] = 0.0f;
-        std::vector<float> expected = in_place ? proj : std::vector<float>(size, -3.0f);
-        const dsa::host_view<const float, 2> hp(proj.data(), {m, H}, {stride, 1});
-        const dsa::host_view<const float, 2> hq(q_scale.data(), {m, H}, {stride, 1});
-        const dsa::host_view<float, 2> hw(expected.data(), {m, H}, {stride, 1});
-        dsa::lightning_indexer_weights(dsa::cpu, in_place ? dsa::host_view<const float, 2>(hw) : hp, hq, hw, head_scale,
-                                       dim_scale);
-
-        dsa_test::test_stream stream;
-        auto dp = dsa_test::upload(proj, stream.get());
-        auto dq = dsa_test::upload(q_scale, stream.get());
-        auto dw = dsa_test::upload(std::vector<float>(size, -3.0f), stream.get());
-        const dsa::device_view<float, 2> vp(dp.data(), {m, H}, {stride, 1});
-        const dsa::device_view<const float, 2> vq(dq.data(), {m, H}, {stride, 1});
-        const dsa::device_view<float, 2> vw = in_place ? vp : dsa::device_view<float, 2>(dw.data(), {m, H}, {stride, 1});
-        ops::lightning_indexer_weights(stream.backend(), vp, vq, vw, head_scale, dim_scale);
-        dsa_test::check_bits_equal("w", dsa_test::download(in_place ? dp : dw, stream.get()), expected);
-      }
-    }
-  }
-}
-
 TEST_CASE("cuda moe ops: front-end checks with device views (no GPU needed)") {
   const dsa::cuda_backend be{};
   const index_t t = 4, E = 256;
@@ -355,15 +316,15 @@ TEST_CASE("cuda moe ops: front-end checks with device views (no GPU needed)") {
   auto w = dsa_test::fake_device_view<float, 2>({t, 8});
   dsa::moe_routing_config cfg = v32_config();
   cfg.n_group = 7;
-  CHECK_THROWS_WITH_AS(ops::moe_route(be, logits, bias, ids, w, cfg),
+  CHECK_THROWS_WITH_AS(dsa::moe_route(be, logits, bias, ids, w, cfg),
                        doctest::Contains("dsa::moe_route: cfg.n_group = 7; expected a divisor of the number of experts"),
                        dsa::error);
   cfg = v32_config();
   cfg.top_k = 6;
-  CHECK_THROWS_WITH_AS(ops::moe_route(be, logits, bias, ids, w, cfg),
+  CHECK_THROWS_WITH_AS(dsa::moe_route(be, logits, bias, ids, w, cfg),
                        doctest::Contains("dsa::moe_route: expert_ids.extent(1) = 8; expected 6"), dsa::error);
   auto short_bias = dsa_test::fake_device_view<float, 1>({E - 1});
-  CHECK_THROWS_WITH_AS(ops::moe_route(be, logits, short_bias, ids, w, v32_config()),
+  CHECK_THROWS_WITH_AS(dsa::moe_route(be, logits, short_bias, ids, w, v32_config()),
                        doctest::Contains("dsa::moe_route: bias.extent(0) = 255; expected 256"), dsa::error);
 
   auto expert = dsa_test::fake_device_view<bf16, 2>({32, 64});
@@ -371,20 +332,9 @@ TEST_CASE("cuda moe ops: front-end checks with device views (no GPU needed)") {
   auto rw = dsa_test::fake_device_view<float, 2>({t, 8});
   auto y = dsa_test::fake_device_view<bf16, 2>({t, 64});
   auto bad_y = dsa_test::fake_device_view<bf16, 2>({t, 65});
-  CHECK_THROWS_WITH_AS(ops::moe_combine(be, expert, rows, rw, {}, bad_y),
+  CHECK_THROWS_WITH_AS(dsa::moe_combine(be, expert, rows, rw, {}, bad_y),
                        doctest::Contains("dsa::moe_combine: expert_out.extent(1) = 64; expected 65"), dsa::error);
   auto bad_rw = dsa_test::fake_device_view<float, 2>({t, 7});
-  CHECK_THROWS_WITH_AS(ops::moe_combine(be, expert, rows, bad_rw, {}, y),
+  CHECK_THROWS_WITH_AS(dsa::moe_combine(be, expert, rows, bad_rw, {}, y),
                        doctest::Contains("dsa::moe_combine: weights.extent(1) = 7; expected 8"), dsa::error);
-
-  auto proj = dsa_test::fake_device_view<float, 2>({t, 64});
-  auto qs = dsa_test::fake_device_view<float, 2>({t, 63});
-  auto hw = dsa_test::fake_device_view<float, 2>({t, 64});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_weights(be, proj, qs, hw, 0.125f, 0.088f),
-                       doctest::Contains("dsa::lightning_indexer_weights: q_scale.extent(1) = 63; expected 64"),
-                       dsa::error);
-  auto qs_ok = dsa_test::fake_device_view<float, 2>({t, 64});
-  CHECK_THROWS_WITH_AS(ops::lightning_indexer_weights(be, proj, qs_ok, hw, 0.0f, 0.088f),
-                       doctest::Contains("dsa::lightning_indexer_weights: head_scale = 0; expected a finite value > 0"),
-                       dsa::error);
 }

@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "cuda/cuda_test.hpp"
-#include "cuda/op_launchers_sparse_mla_attention.hpp"
 #include "cuda/op_test.hpp"
 #include "dsa/cuda/memory.hpp"
+#include "dsa/cuda/ops.hpp"
 #include "dsa/ops/sparse_mla_attention.hpp"
 #include "support/sparse_mla_tolerance.hpp"
 
@@ -33,7 +33,6 @@ namespace {
 using dsa::bf16;
 using dsa::index_t;
 using dsa_test::sparse_mla_indices;
-namespace ops = dsa_test::cuda_ops;
 
 // How the device call is made.
 struct call {
@@ -97,9 +96,9 @@ dsa_test::sparse_mla_result cuda_sparse_mla(const dsa_test::sparse_mla_inputs& i
   const dsa::device_view<std::byte, 1> wv = ws_bytes > 0 ? ws.view({ws_bytes}) : dsa::device_view<std::byte, 1>{};
   const auto run = [&](const auto& kv) {
     if (c.workspace_overload) {
-      ops::sparse_mla_attention(stream.backend(), qv, kv, iv, ov, lv, cfg, wv, prv);
+      dsa::sparse_mla_attention(stream.backend(), qv, kv, iv, ov, lv, cfg, wv, prv);
     } else {
-      ops::sparse_mla_attention(stream.backend(), qv, kv, iv, ov, lv, cfg, prv);
+      dsa::sparse_mla_attention(stream.backend(), qv, kv, iv, ov, lv, cfg, prv);
     }
   };
   if (fp8) {
@@ -297,9 +296,9 @@ TEST_CASE("cuda sparse_mla_attention front-end: workspace size, alignment, overl
     CAPTURE(fp8);
     const auto call_ws = [&](dsa::device_view<std::byte, 1> ws, dsa::sparse_mla_config cfg) {
       if (fp8) {
-        ops::sparse_mla_attention(be, p.q, p.kv_fp8, p.idx, p.out, p.lse, cfg, ws, p.probs);
+        dsa::sparse_mla_attention(be, p.q, p.kv_fp8, p.idx, p.out, p.lse, cfg, ws, p.probs);
       } else {
-        ops::sparse_mla_attention(be, p.q, p.kv, p.idx, p.out, p.lse, cfg, ws, p.probs);
+        dsa::sparse_mla_attention(be, p.q, p.kv, p.idx, p.out, p.lse, cfg, ws, p.probs);
       }
     };
     // Too small by one byte.
@@ -335,9 +334,9 @@ TEST_CASE("cuda sparse_mla_attention front-end: workspace size, alignment, overl
     expect_error(
         [&] {
           if (fp8) {
-            ops::sparse_mla_attention(be, p.q, p.kv_fp8, p.idx, p.out, p.lse, p.cfg, p.probs);
+            dsa::sparse_mla_attention(be, p.q, p.kv_fp8, p.idx, p.out, p.lse, p.cfg, p.probs);
           } else {
-            ops::sparse_mla_attention(be, p.q, p.kv, p.idx, p.out, p.lse, p.cfg, p.probs);
+            dsa::sparse_mla_attention(be, p.q, p.kv, p.idx, p.out, p.lse, p.cfg, p.probs);
           }
         },
         "dsa::sparse_mla_attention: config.num_splits = 4; expected 1 without a workspace (pass a workspace of "
@@ -355,7 +354,7 @@ TEST_CASE("cuda sparse_mla_attention: the kernels' limits are dsa::errors before
     auto out = dsa_test::fake_device_view<float, 3>({1, 4, 576});
     auto lse = dsa_test::fake_device_view<float, 2>({1, 4});
     const dsa::sparse_mla_config cfg{0.05f, 576, 1};
-    expect_error([&] { ops::sparse_mla_attention(be, q, kv, idx, out, lse, cfg, {}); },
+    expect_error([&] { dsa::sparse_mla_attention(be, q, kv, idx, out, lse, cfg); },
                  "dsa::sparse_mla_attention: config.d_v = 576; expected at most 512 on the CUDA backend");
   }
   // A head dimension whose tile of rows does not fit any GPU's shared memory.
@@ -366,7 +365,7 @@ TEST_CASE("cuda sparse_mla_attention: the kernels' limits are dsa::errors before
     auto out = dsa_test::fake_device_view<float, 3>({1, 4, 512});
     auto lse = dsa_test::fake_device_view<float, 2>({1, 4});
     const dsa::sparse_mla_config cfg{0.05f, 512, 1};
-    expect_error([&] { ops::sparse_mla_attention(be, q, kv, idx, out, lse, cfg, {}); },
+    expect_error([&] { dsa::sparse_mla_attention(be, q, kv, idx, out, lse, cfg); },
                  "dsa::sparse_mla_attention: q.extent(2) = 1300; expected at most 1198 on the CUDA backend (a tile "
                  "of rows in shared memory)");
   }

@@ -17,16 +17,15 @@
 #include <vector>
 
 #include "cuda/cuda_test.hpp"
-#include "cuda/op_launchers.hpp"
 #include "cuda/op_test.hpp"
 #include "dsa/cpu/topk.hpp"
+#include "dsa/cuda/ops.hpp"
 #include "dsa/ops/topk.hpp"
 #include "support/random.hpp"
 
 namespace {
 
 using dsa::index_t;
-namespace ops = dsa_test::cuda_ops;
 constexpr float inf = std::numeric_limits<float>::infinity();
 
 enum class pattern { normal, ties, specials };
@@ -83,7 +82,7 @@ std::vector<std::int32_t> cuda_topk(const std::vector<float>& s, index_t m, inde
   auto ds = dsa_test::upload(s, stream.get());
   auto dr = dsa_test::upload(ranges, stream.get());
   dsa::device_buffer<std::int32_t> dout(m * k, stream.get());
-  ops::topk_indices(stream.backend(), ds.view({m, n}), dr.view({m, 2}), k, dout.view({m, k}));
+  dsa::topk_indices(stream.backend(), ds.view({m, n}), dr.view({m, 2}), k, dout.view({m, k}));
   return dsa_test::download(dout, stream.get());
 }
 
@@ -166,7 +165,7 @@ TEST_CASE("cuda topk_indices_paged: identical to the CPU through a shuffled page
     auto dr = dsa_test::upload(ranges, stream.get());
     auto dt = dsa_test::upload(table, stream.get());
     dsa::device_buffer<std::int32_t> dout(m * k, stream.get());
-    ops::topk_indices_paged(stream.backend(), ds.view({m, n}), dr.view({m, 2}), k, dt.view({m, max_blocks}),
+    dsa::topk_indices_paged(stream.backend(), ds.view({m, n}), dr.view({m, 2}), k, dt.view({m, max_blocks}),
                             block_size, dout.view({m, k}));
     dsa_test::check_bits_equal("slots", dsa_test::download(dout, stream.get()), expected);
   }
@@ -183,7 +182,7 @@ TEST_CASE("cuda topk_indices_paged: a negative device-side page-table entry give
   auto dr = dsa_test::upload(ranges, stream.get());
   auto dt = dsa_test::upload(table, stream.get());
   dsa::device_buffer<std::int32_t> dout(m * k, stream.get());
-  ops::topk_indices_paged(stream.backend(), ds.view({m, n}), dr.view({m, 2}), k, dt.view({m, 2}), block_size,
+  dsa::topk_indices_paged(stream.backend(), ds.view({m, n}), dr.view({m, 2}), k, dt.view({m, 2}), block_size,
                           dout.view({m, k}));
   const std::vector<std::int32_t> expected = {-1, -1, -1, -1, 40, 41, 42, 43};
   CHECK(dsa_test::download(dout, stream.get()) == expected);
@@ -215,7 +214,7 @@ void check_gather(index_t n, index_t d, index_t m, index_t k, index_t src_offset
   auto dsrc = dsa_test::upload(src, stream.get());
   auto didx = dsa_test::upload(idx, stream.get());
   dsa::device_buffer<T> ddst(m * k * d, stream.get());
-  ops::gather_rows(stream.backend(), dsa::device_view<const T, 2>(dsrc.data() + src_offset, {n, d}),
+  dsa::gather_rows(stream.backend(), dsa::device_view<const T, 2>(dsrc.data() + src_offset, {n, d}),
                    didx.view({m, k}), ddst.view({m, k, d}));
   dsa_test::check_bits_equal("dst", dsa_test::download(ddst, stream.get()), expected);
 }
@@ -241,7 +240,7 @@ TEST_CASE("cuda gather_rows: device-side indices outside [0, n) give zero rows, 
   auto dsrc = dsa_test::upload(src, stream.get());
   auto didx = dsa_test::upload(idx, stream.get());
   dsa::device_buffer<float> ddst(6 * d, stream.get());
-  ops::gather_rows(stream.backend(), dsrc.view({n, d}), didx.view({1, 6}), ddst.view({1, 6, d}));
+  dsa::gather_rows(stream.backend(), dsrc.view({n, d}), didx.view({1, 6}), ddst.view({1, 6, d}));
   const std::vector<float> expected = {9, 10, 11, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0};
   CHECK(dsa_test::download(ddst, stream.get()) == expected);
 }

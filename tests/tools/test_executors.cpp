@@ -1,5 +1,5 @@
 // The executor seam of dsa_validate (tools/validate/primitive_cases.hpp): the case groups reach
-// their backend only through an executor, which is how --backend cuda (validate/cuda_cases.cu)
+// their backend only through an executor, which is how --backend cuda (validate/cuda_cases.hpp)
 // runs the same loading and criteria on the GPU. Checked here on the host, with executors that
 // stand in for a device one: outputs left unwritten (the CUDA executor's poisoned buffers) fail
 // every group, a backend failure and a rejected input are told apart, and a backend that splits
@@ -33,7 +33,7 @@ void poison(dsa::host_view<T, R> v) {
 }
 
 /// What the CUDA executor hands back from a kernel that writes nothing: every output element is
-/// output_poison_byte, as cuda_cases.cu fills its output buffers before the op.
+/// output_poison_byte, as cuda_cases.hpp fills its output buffers before the op.
 struct unwritten_executor {
   std::string_view backend_name() const { return "unwritten"; }
   void hadamard_transform(dsa::host_view<const dsa::bf16, 2>, dsa::host_view<dsa::bf16, 2> y, float) const { poison(y); }

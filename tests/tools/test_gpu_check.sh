@@ -57,7 +57,7 @@ expect() {  # expect DESCRIPTION COMMAND...: the command must succeed
 export PATH="$work/bin:$PATH"
 # No device, also on a GPU machine (gpu_check's own test step runs this test): every case skips.
 export CUDA_VISIBLE_DEVICES=""
-sel='validate|model_transformer|ops_dense#1[01]|ops_topk#0[23]|memory#04'
+sel='validate|model_transformer|ops_dense#10|ops_sparse_mha_attention#02|ops_topk#0[23]|memory#04'
 FAKE_LOG="$work/log1" FAKE_HAZARD='sparse_mha_attention' FAKE_SLOW='every score equal' \
   "$root/tools/gpu_check.sh" --no-configure --build "$build" --steps sanitize --jobs 2 --sanitize-jobs 2 \
   --sanitize-timeout 4 --sanitize-only "$sel" "$work/out1" > "$work/out1.txt" 2>&1
@@ -66,8 +66,8 @@ report="$work/out1/report.txt"
 log="$work/log1"
 expect "a hazard fails the run (exit 1)" test "$rc" = 1
 expect "the configure step is skipped with --no-configure" grep -q '^step configure: SKIPPED (--no-configure' "$report"
-expect "the racecheck run with a hazard is FAILED" grep -q '^step sanitize_racecheck_ops_dense.11: FAILED (exit 99, 1 reports' "$report"
-expect "the same case passes memcheck" grep -q '^step sanitize_memcheck_ops_dense.11: ok' "$report"
+expect "the racecheck run with a hazard is FAILED" grep -q '^step sanitize_racecheck_ops_sparse_mha_attention.02: FAILED (exit 99, 1 reports' "$report"
+expect "the same case passes memcheck" grep -q '^step sanitize_memcheck_ops_sparse_mha_attention.02: ok' "$report"
 expect "a run past --sanitize-timeout is TIMEOUT" grep -q '^step sanitize_racecheck_ops_topk.03: TIMEOUT after 4 s, no hazard' "$report"
 for skipped in validate_tiny_model model_transformer.02 model_transformer.05; do
   expect "racecheck skips $skipped" grep -q "^step sanitize_racecheck_${skipped}: SKIPPED" "$report"
@@ -88,14 +88,14 @@ expect "memcheck checks leaks" bash -c "grep '^memcheck|' '$log' | grep -qv -- '
 expect "the deliberate out-of-memory case hides its API error" bash -c \
   "grep 'an impossible allocation' '$log' | grep -qv -- '--report-api-errors no' && exit 1 || exit 0"
 expect "the first runs are racecheck of the slow cases" bash -c \
-  "head -n 2 '$log' | grep -c '^racecheck|.*\\(model_transformer\\|dsa_validate\\|ops_dense\\)' | grep -qx 2"
+  "head -n 2 '$log' | grep -c '^racecheck|.*\\(model_transformer\\|dsa_validate\\|ops_dense\\|ops_sparse_mha_attention\\)' | grep -qx 2"
 expect "the summary counts every kind" bash -c \
   "grep '^step sanitize: ' '$report' | grep '1 FAILED' | grep '3 SKIPPED' | grep '4 TIMEOUT' | grep -q ' ok'"
 
 # ---- a deadline: the runs it cuts are NOT RUN -------------------------------------------------
 FAKE_LOG="$work/log2" FAKE_SLOW='.' \
   "$root/tools/gpu_check.sh" --no-configure --build "$build" --steps sanitize --jobs 2 --sanitize-jobs 2 \
-  --sanitize-timeout 2 --sanitize-deadline 1 --sanitize-tools racecheck,memcheck --sanitize-only 'ops_dense#1[01]' \
+  --sanitize-timeout 2 --sanitize-deadline 1 --sanitize-tools racecheck,memcheck --sanitize-only 'ops_dense#10|ops_sparse_mha_attention#02' \
   "$work/out2" > "$work/out2.txt" 2>&1
 report="$work/out2/report.txt"
 expect "the two runs started before the deadline time out" test "$(grep -c ': TIMEOUT after 2 s' "$report")" = 2

@@ -1,7 +1,7 @@
 // What every dsa_validate executor (primitive_cases.hpp, concept `executor`) shares, whatever its
 // backend: the error for a backend that failed, and the byte a device executor fills its output
-// buffers with. Kept apart from the case headers so that the nvcc-compiled CUDA executor
-// (validate/cuda_cases.cu) uses them without including the host-only cases. Standard C++ only.
+// buffers with. Kept apart from the case headers so that the CUDA executor
+// (validate/cuda_cases.hpp) uses them without including the CPU cases. Standard C++ only.
 #pragma once
 
 #include <stdexcept>

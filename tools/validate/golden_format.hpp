@@ -2,9 +2,9 @@
 // case_result, output_tensor), the case groups of a file, owned host tensors loaded from it with
 // their checks (input_error), and the metrics of the golden criteria (../shared/golden/README.md).
 //
-// Portable (core + the safetensors reader; no op implementation, no Eigen), so that both the host
-// cases (primitive_cases.hpp, model_cases.hpp) and the nvcc-compiled CUDA side
-// (validate/cuda_cases.cu, validate/cuda_model_case.cu) share one definition of each criterion.
+// Portable (core + the safetensors reader; no op implementation, no Eigen), so that the cases
+// (primitive_cases.hpp, model_cases.hpp) and the CUDA side (validate/cuda_cases.hpp) share one
+// definition of each criterion.
 #pragma once
 
 #include <algorithm>

@@ -10,7 +10,8 @@
 //
 // Portable (no op implementation, no Eigen): the includer provides the transformer
 // specialisation. validate/model_cases.hpp is this plus the host transformer;
-// validate/cuda_model_case.cu instantiates it for dsa::cuda_backend.
+// validate/cuda_cases.hpp runs it on dsa::cuda_backend (transformer<cuda_backend> declared extern
+// by dsa/model/cuda/transformer.hpp, compiled once by nvcc in dsa_cuda_transformer).
 #pragma once
 
 #include <algorithm>

@@ -9,9 +9,9 @@
 // The backend is reached through an *executor* (see `executor` below): the case functions load
 // the inputs and allocate the outputs in host memory, call one executor member per op and compare
 // the host outputs. host_executor calls the op directly on a host backend; the CUDA executor
-// (validate/cuda_cases.hpp, compiled by nvcc) copies the inputs to the device, calls the same
-// public op with dsa::cuda_backend and copies the outputs back. So the loading, the derived
-// inputs (ranges) and the criteria (validate/golden_format.hpp) exist once, whatever the backend.
+// (validate/cuda_cases.hpp) copies the inputs to the device, calls the same public op with
+// dsa::cuda_backend and copies the outputs back. So the loading, the derived inputs (ranges) and
+// the criteria (validate/golden_format.hpp) exist once, whatever the backend.
 #pragma once
 
 #include <algorithm>
@@ -58,9 +58,9 @@ concept host_backend = dsa::backend<B> && std::same_as<typename B::memory_space,
 /// What a case group runs its ops on. An executor has one const member per op (and dtype) the
 /// groups use, each taking contiguous row-major host views and the op's configuration, with the
 /// op's semantics exactly (dsa::<op>(backend, ...)); `backend_name()` names the backend for the
-/// report. The members are spelled out rather than forwarded by a template so that an executor
-/// compiled in another translation unit (the CUDA one is built by nvcc) has the same, checked
-/// signatures. Outputs are host tensors the case allocated; an executor must write every element
+/// report. The members are spelled out rather than forwarded by a template so that every
+/// executor has the same, checked signatures (and the CUDA one calls only the type combinations
+/// its backend's compiled instances hold, dsa/cuda/ops.hpp). Outputs are host tensors the case allocated; an executor must write every element
 /// the op writes and nothing else.
 template <class E>
 concept executor = requires(const E& e) {

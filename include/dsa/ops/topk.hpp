@@ -137,9 +137,15 @@ void gather_rows(const B& be, in_view<B, T, 2> src, in_view<B, std::int32_t, 2> 
 
 DSA_NAMESPACE_END
 
-// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp).
+// The type combinations dsa's own programs compile once per backend (dsa/core/op_instances.hpp):
+// gather_rows of float and bf16 rows, of cache-row bytes, and of any 2-, 4- or 8-byte element as
+// the unsigned integer of its size (the Python binding gathers every dtype that way).
 #define DSA_TOPK_INSTANCES(X, B) \
   X(void topk_indices<B>(const B&, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, index_t, out_view<B, std::int32_t, 2>)) \
   X(void topk_indices_paged<B>(const B&, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, index_t, in_view<B, std::int32_t, 2>, index_t, out_view<B, std::int32_t, 2>)) \
   X(void gather_rows<B, float>(const B&, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, out_view<B, float, 3>)) \
-  X(void gather_rows<B, bf16>(const B&, in_view<B, bf16, 2>, in_view<B, std::int32_t, 2>, out_view<B, bf16, 3>))
+  X(void gather_rows<B, bf16>(const B&, in_view<B, bf16, 2>, in_view<B, std::int32_t, 2>, out_view<B, bf16, 3>)) \
+  X(void gather_rows<B, std::uint8_t>(const B&, in_view<B, std::uint8_t, 2>, in_view<B, std::int32_t, 2>, out_view<B, std::uint8_t, 3>)) \
+  X(void gather_rows<B, std::uint16_t>(const B&, in_view<B, std::uint16_t, 2>, in_view<B, std::int32_t, 2>, out_view<B, std::uint16_t, 3>)) \
+  X(void gather_rows<B, std::uint32_t>(const B&, in_view<B, std::uint32_t, 2>, in_view<B, std::int32_t, 2>, out_view<B, std::uint32_t, 3>)) \
+  X(void gather_rows<B, std::uint64_t>(const B&, in_view<B, std::uint64_t, 2>, in_view<B, std::int32_t, 2>, out_view<B, std::uint64_t, 3>))
