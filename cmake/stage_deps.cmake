@@ -1,6 +1,6 @@
 # Stage dsa's third-party build dependencies into one folder, for a machine that has the CUDA
 # toolkit, CMake and ninja but neither the Debian -dev packages nor a network (the GPU machines
-# this project borrows; docs/cuda.md, "First GPU run").
+# this project borrows; docs/cuda.md, "On a GPU machine").
 #
 #   cmake -P cmake/stage_deps.cmake DIR          # run where the dependencies are installed
 #   cmake --preset cuda -DCMAKE_PREFIX_PATH=DIR  # on the bare machine (tools/gpu_check.sh does it)

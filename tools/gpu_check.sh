@@ -2,7 +2,7 @@
 # One command for a borrowed GPU: build every CUDA target (or reuse the build), run every CUDA test,
 # dsa_validate --backend cuda on the golden primitives and the tiny model, the CUDA benchmarks with
 # their report, and with --sanitize every CUDA test under compute-sanitizer (memcheck, racecheck,
-# synccheck, initcheck). docs/cuda.md, "First GPU run".
+# synccheck, initcheck). docs/cuda.md, "On a GPU machine".
 #
 #   tools/gpu_check.sh [options] OUTDIR
 #
@@ -192,7 +192,7 @@ if has_step sanitize; then
     # initcheck does not see some of cuBLAS's stores on sm_90 (whole GEMM outputs, split-K
     # partials): reads of them, by cuBLAS's splitKreduce, by dsa's kernels or by a cudaMemcpy,
     # are reported as uninitialized. --check-bulk-copy (on by default) does not change that
-    # (docs/cuda.md, "Record of the fourth run"). So under initcheck dsa::linear runs on dsa's
+    # (docs/records/2026-11-26-gpu-run-4.md). So under initcheck dsa::linear runs on dsa's
     # SIMT kernel (cuda_linear_path::simt; san_run).
     run_label=() run_cmd=()
     add_run() { run_label+=("$1"); local q; printf -v q '%q ' "${@:2}"; run_cmd+=("$q"); }
@@ -244,7 +244,7 @@ if has_step sanitize; then
       # summary lines are not hazards. Those inside cuBLAS's own kernels (nvjet, xmma, cutlass,
       # splitKreduce) are counted apart: racecheck reports the sm_90 GEMMs' asynchronous
       # (TMA / mbarrier) shared-memory traffic as races, and they are not dsa's code to fix
-      # (docs/cuda.md, "Record of the second run"). Excluding those kernels from instrumentation
+      # (docs/records/2026-11-26-gpu-run-2.md). Excluding those kernels from instrumentation
       # (--kernel-name-exclude) is no way out: the sanitizer then fails inside them.
       # One line per report: its header, with the "at <kernel>" line that follows it where the
       # header does not name the kernel (memcheck, initcheck).

@@ -1,5 +1,5 @@
 // The CUDA benchmarks' own device code, compiled by nvcc (bench_launchers.cu) and called from the
-// Google Benchmark files (bench_cuda_*.cpp, host compiler). DESIGN §5 keeps Google Benchmark out
+// Google Benchmark files (bench_cuda_*.cpp, host compiler). docs/design.md ("Build and test") keeps Google Benchmark out
 // of .cu files, so only these declarations cross the boundary, in plain C++ types:
 //
 //  - device facts and the timing helpers (CUDA events around one launch after an L2 flush);

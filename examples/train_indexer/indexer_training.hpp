@@ -12,7 +12,7 @@
 //
 // The trained indexer stays in fp32 throughout: no FP8 codes, no act_quant of q and k, no k
 // scale (k_scale = 1). FP8 is an inference format; quantizing at export (as the checkpoint
-// does) is a separate step. The forward pass is the inference indexer of DESIGN.md §4 with the
+// does) is a separate step. The forward pass is the inference indexer of docs/design.md "Indexer" with the
 // quantization removed:
 //   q = Hadamard(RoPE_half(wq_b · qr viewed [t, H, 128]))     (RoPE on the first 64 dims)
 //   k = Hadamard(RoPE_half(LayerNorm(wk · x)))

@@ -17,7 +17,8 @@ def topk_indices(scores: Any, k: int, ranges: Any = None, *, out: Any = None, th
                  stream: Any = None) -> Any:
     """Per row of ``scores`` [m, n] float32, the k largest scores within the row's range
     (ranges [m, 2] int32; the whole row when None) as int32 column indices in ascending order,
-    -1 padded; NaN and -inf are never selected; ties go to the smaller index. Returns [m, k]."""
+    -1 padded when the range holds fewer than k positions; NaN ranks above every number and -inf
+    below (torch.topk's order); ties go to the smaller index. Returns [m, k]."""
     op = "topk_indices"
     # k sizes the [m, k] output: checked before it is allocated (2**40 used to allocate 4 TiB first).
     k = A.int_arg(op, "k", k, 1, A.INT32_MAX, _K)

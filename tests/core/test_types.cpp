@@ -47,7 +47,7 @@ double e4m3_formula(unsigned code) {
 }
 
 // Nearest of the 127 non-negative finite codes to |x|, ties to the even code, then the sign.
-// Above 448 everything saturates to 448 (DESIGN.md §3: round, then saturate).
+// Above 448 everything saturates to 448 (docs/design.md "Number formats": round, then saturate).
 std::uint8_t e4m3_oracle(float x) {
   const std::uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
   if (std::isnan(x)) return sign | 0x7F;

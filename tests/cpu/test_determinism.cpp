@@ -1,4 +1,4 @@
-// Determinism (DESIGN.md §2): the same inputs give bit-identical outputs run to run and for every
+// Determinism (docs/design.md "Determinism"): the same inputs give bit-identical outputs run to run and for every
 // thread count. One sweep over every public op (tests/support/op_suite.hpp) and over the whole
 // forward pass of the tiny model (prefill, then decode steps).
 #include <doctest/doctest.h>

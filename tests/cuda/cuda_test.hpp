@@ -56,7 +56,7 @@ inline bool under_racecheck() { return sanitizer_tool() == "racecheck"; }
 
 /// The dsa::linear path of the tests' backends: dsa's SIMT kernel under initcheck, which does not
 /// see the stores of cuBLAS's sm_90 GEMMs and reports every later read of their outputs
-/// (docs/cuda.md, "Record of the fourth run"); cuBLAS otherwise, the default users get.
+/// (docs/records/2026-11-26-gpu-run-4.md); cuBLAS otherwise, the default users get.
 inline dsa::cuda_linear_path linear_path_for_tests() {
   return under_initcheck() ? dsa::cuda_linear_path::simt : dsa::cuda_linear_path::cublas;
 }

@@ -1,6 +1,6 @@
 // Host-side interface of the CUDA test launchers (launchers.cu).
 //
-// DESIGN §5 keeps doctest, Eigen and Google Benchmark out of .cu files: nvcc compiles only the
+// docs/design.md ("Build and test") keeps doctest, Eigen and Google Benchmark out of .cu files: nvcc compiles only the
 // kernels and these small host functions, and the doctest tests (.cpp, g++) call them and compare
 // with the host. Only standard host types cross this boundary, and for the kernel hooks at the end
 // the backend and device views, which are plain C++ too.

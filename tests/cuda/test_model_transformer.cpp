@@ -404,3 +404,45 @@ TEST_CASE("CUDA forward is deterministic, sequences are independent, caches grow
   CHECK(foreign.find("dsa::model::transformer::forward: seq = a sequence of another transformer") == 0);
   CHECK(a1.length() == p_len);  // nothing was appended by the failing calls
 }
+
+TEST_CASE("batched forward on the GPU: bit for bit as alone with the SIMT linear, within fp32 sums with cuBLAS") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  // docs/design.md "Batches": every CUDA op but the cuBLAS-backed linear is row-independent, so
+  // with cuda_linear_path::simt a sequence's logits in a batch are the bits it gets alone; cuBLAS
+  // may pick another kernel (another fp32 order) for another number of rows.
+  const std::vector<std::vector<std::int32_t>> prompts = {{5, 17, 3, 99, 42}, {250}, {1, 2, 3, 4, 5, 6, 7, 8, 9}, {64, 65}};
+  for (const dsa::cuda_linear_path path : {dsa::cuda_linear_path::simt, dsa::cuda_linear_path::cublas}) {
+    CAPTURE(static_cast<int>(path));
+    dsa_test::test_stream s;
+    dsa::cuda_backend be = s.backend();
+    be.linear = path;
+    if (path == dsa::cuda_linear_path::simt) be.blas = nullptr;
+    auto m = cuda_transformer::load(tiny_dir, be);
+    std::vector<std::vector<float>> alone;
+    for (const auto& p : prompts) {
+      auto seq = m.new_sequence(32);
+      alone.push_back(m.forward(seq, p));
+      const std::int32_t next = 3;
+      alone.push_back(m.forward(seq, std::span<const std::int32_t>(&next, 1)));
+    }
+    std::vector<cuda_transformer::sequence_type> seqs;
+    for (std::size_t i = 0; i < prompts.size(); ++i) seqs.push_back(m.new_sequence(32));
+    std::vector<cuda_transformer::batch_entry> batch;
+    for (std::size_t i = 0; i < prompts.size(); ++i) batch.push_back({&seqs[i], prompts[i]});
+    const auto prefill = m.forward(std::span<const cuda_transformer::batch_entry>(batch));
+    const std::int32_t next = 3;
+    for (std::size_t i = 0; i < prompts.size(); ++i) batch[i] = {&seqs[i], std::span<const std::int32_t>(&next, 1)};
+    const auto decode = m.forward(std::span<const cuda_transformer::batch_entry>(batch));
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      for (const auto& [got, want] : {std::pair{&prefill[i], &alone[2 * i]}, std::pair{&decode[i], &alone[2 * i + 1]}}) {
+        if (path == dsa::cuda_linear_path::simt) {
+          CHECK(std::memcmp(got->data(), want->data(), want->size() * sizeof(float)) == 0);
+        } else {
+          CHECK(cosine(*got, *want) >= 0.9999);
+          CHECK(argmax(*got) == argmax(*want));
+        }
+      }
+    }
+  }
+}

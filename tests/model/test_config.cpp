@@ -17,7 +17,7 @@ using nlohmann::json;
 
 namespace {
 
-// deepseek-ai/DeepSeek-V3.2 config.json (values of DESIGN.md §4), with a few of the keys that
+// deepseek-ai/DeepSeek-V3.2 config.json (values of docs/design.md "Checkpoints"), with a few of the keys that
 // Hugging Face configs carry and dsa ignores.
 const char* const v32_text = R"({
   "architectures": ["DeepseekV32ForCausalLM"],

@@ -1,6 +1,6 @@
 // Limits: index arithmetic past 2^31 elements, 128K-token contexts, zero-length sequences, k
 // larger than the context and empty selections. For every op each case either works (with the
-// result DESIGN.md defines) or fails with a dsa::error naming the argument; docs/robustness.md
+// result docs/design.md defines) or fails with a dsa::error naming the argument; docs/robustness.md
 // lists them.
 #include <doctest/doctest.h>
 #include <sys/mman.h>

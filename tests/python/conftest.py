@@ -1,5 +1,5 @@
 """Shared fixtures and independent NumPy references of the number formats (written from
-DESIGN.md's definitions, not from dsa's code): bfloat16 and FP8 E4M3FN encodings, the golden
+docs/design.md's definitions, not from dsa's code): bfloat16 and FP8 E4M3FN encodings, the golden
 safetensors reader."""
 
 import json

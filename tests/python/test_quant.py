@@ -1,4 +1,4 @@
-"""Hadamard, FP8 quantizers and cache rows against NumPy references of DESIGN.md's formulas."""
+"""Hadamard, FP8 quantizers and cache rows against NumPy references of docs/design.md's formulas ("FP8 quantizers", "Cache rows")."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-// Test oracle for sparse MLA attention: the formulas of DESIGN.md §3.5 written as plain loops in
+// Test oracle for sparse MLA attention: the formulas of docs/design.md "Sparse MLA attention" written as plain loops in
 // double precision (two-pass softmax), independent of the library's tiling, online softmax and
 // rounding.
 #pragma once

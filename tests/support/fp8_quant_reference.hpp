@@ -1,4 +1,4 @@
-// Test oracles for the FP8 quantizers, written from DESIGN.md §3.2 without the library's
+// Test oracles for the FP8 quantizers, written from docs/design.md "FP8 quantizers" without the library's
 // numerics: e4m3 values from the format's definition, encoding by exhaustive nearest-code search
 // (ties to the even code), power-of-two scales through frexp, IEEE fp32 division emulated in
 // double (double rounding is innocuous for one division of floats: 53 >= 2 * 24 + 2).

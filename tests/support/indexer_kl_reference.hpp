@@ -1,4 +1,4 @@
-// Test oracle for the indexer KL losses: DESIGN.md §3.6 (paper eqs. 3 and 4) as plain loops in
+// Test oracle for the indexer KL losses: docs/design.md "Indexer KL losses" (paper eqs. 3 and 4) as plain loops in
 // double precision, independent of the library's numerics.
 #pragma once
 

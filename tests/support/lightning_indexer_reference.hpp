@@ -1,4 +1,4 @@
-// Test oracle of the lightning indexer: the formula of DESIGN.md §3.3 evaluated in double, and
+// Test oracle of the lightning indexer: the formula of docs/design.md "Lightning indexer" evaluated in double, and
 // its analytic pieces for finite-difference checks. Slow on purpose.
 #pragma once
 

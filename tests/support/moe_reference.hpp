@@ -2,7 +2,7 @@
 // sorts instead of the library's insertion selection and group ranking, and with the weights
 // normalised in double precision.
 //
-// The scores themselves are the fp32 formulas of DESIGN.md §3.7 (sigmoid as 1 / (1 + exp(-x)),
+// The scores themselves are the fp32 formulas of docs/design.md "MoE routing" (sigmoid as 1 / (1 + exp(-x)),
 // softmax as exp(x - max) / sum): selection compares fp32 values, so an oracle that computed
 // them in another precision would disagree on near-ties that are not errors.
 #pragma once
@@ -29,7 +29,7 @@ struct moe_reference_result {
   std::vector<double> weights;    // [t, top_k]
 };
 
-// Descending by value, NaN last, ties to the smaller index: the order DESIGN.md §2 asks for.
+// Descending by value, NaN last, ties to the smaller index: the order of docs/design.md "MoE routing".
 inline bool moe_reference_before(float a, int ia, float b, int ib) {
   if (std::isnan(a) != std::isnan(b)) return std::isnan(b);
   if (!std::isnan(a) && a != b) return a > b;

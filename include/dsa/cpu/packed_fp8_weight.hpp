@@ -18,7 +18,7 @@
 // mantissa 2m - 8, so the packing stores those that way and the fast decode covers them. Zero
 // and the subnormals with m < 4 take the odd mantissas (2m + 1) and stay slow codes, as NaN.
 // With Gaussian-like weights this halves the runs that need the slow decode (measured: 64% ->
-// 36% of the 4-block runs of a checkpoint-like weight, docs/performance.md "Eighth pass").
+// 36% of the 4-block runs of a checkpoint-like weight, docs/records/2026-11-25-v32-scale-cpu-passes.md "Eighth pass").
 //
 // Layout (G rows per group, nkb = in / 128 blocks, rows padded to a multiple of 64 with the code
 // of 1.0, whose outputs are never stored): per group of G rows, the blocks in runs of R = 4

@@ -1,7 +1,7 @@
 // Device memory for callers of the CUDA backend: dsa::device_buffer<T> (RAII, move-only) and
 // checked host <-> device copies.
 //
-// The ops themselves never allocate (DESIGN §2); this is for engines, tests, tools and benchmarks
+// The ops themselves never allocate (docs/design.md "Workspaces"); this is for engines, tests, tools and benchmarks
 // that need somewhere to put their tensors. Host-only and plain C++ apart from
 // <cuda_runtime_api.h>, so g++ compiles it; <dsa/cuda/memory.cuh> is the same thing under the name
 // the CUDA umbrella uses.

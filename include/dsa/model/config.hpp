@@ -120,7 +120,7 @@ struct config {
   index_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 
   /// Whether YaRN is active: rope_scaling is present and max_position_embeddings exceeds the
-  /// original context (DESIGN.md §4; DeepSeek's reference tests its max_seq_len the same way).
+  /// original context (docs/design.md "RoPE and YaRN"; DeepSeek's reference tests its max_seq_len the same way).
   bool yarn_enabled() const {
     return rope_scaling.has_value() && max_position_embeddings > rope_scaling->original_max_position_embeddings;
   }
@@ -394,7 +394,7 @@ DSA_MODEL_IO void config::validate(std::string_view source) const {
     c.fail("first_k_dense_replace", str(first_k_dense_replace), "<= num_hidden_layers = " + str(num_hidden_layers));
   }
 
-  // noaux_tc routing (DESIGN.md §3.7).
+  // noaux_tc routing (docs/design.md "MoE routing").
   if (n_routed_experts % n_group != 0) {
     c.fail("n_routed_experts", str(n_routed_experts), "a multiple of n_group = " + str(n_group));
   }
@@ -423,7 +423,7 @@ DSA_MODEL_IO void config::validate(std::string_view source) const {
     c.fail("index_head_dim", str(index_head_dim), ">= qk_rope_head_dim = " + str(qk_rope_head_dim));
   }
   // The indexer key is one 1x128 FP8 group with one fp32 scale (the 132-byte indexer cache, the
-  // per-key k_scale of DESIGN.md §3.3 and the q scale folded into the head weights).
+  // per-key k_scale of docs/design.md "Lightning indexer" and the q scale folded into the head weights).
   if (index_head_dim != 128) {
     c.fail("index_head_dim", str(index_head_dim), "128 (one 1x128 FP8 group per indexer key and head)");
   }

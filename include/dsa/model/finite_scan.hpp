@@ -1,8 +1,10 @@
 // dsa::model::first_non_finite: where a checkpoint tensor's stored values stop being numbers.
 //
 // A NaN or infinite weight does not always show in the logits: a NaN in the indexer's
-// weights_proj makes every index score NaN, top-k then selects nothing and the layer's attention
-// silently vanishes (issue 14). So weights::load scans every tensor it binds, on the stored bit
+// weights_proj makes every index score NaN, and top-k (NaN first) then selects positions by their
+// index, not their score: the attention goes on over the wrong keys with finite logits (issue 14;
+// the forward pass's non-finite watch reports it too, dsa/model/nonfinite.hpp). So
+// weights::load scans every tensor it binds, on the stored bit
 // patterns (no conversion, no floating-point compare, so DAZ/FTZ and -ffast-math cannot change
 // it): e4m3 codes 0x7F / 0xFF (its only NaNs; e4m3 has no infinities), bf16 / f16 / f32 / f64
 // with an all-ones exponent. Integer dtypes have nothing to check. The scan is branch-free per

@@ -1,4 +1,4 @@
-// The arithmetic of the indexer's KL losses (DESIGN.md §3.6, paper eqs. 3 and 4), shared by
+// The arithmetic of the indexer's KL losses (docs/design.md "Indexer KL losses", paper eqs. 3 and 4), shared by
 // every backend.
 //
 // For a query row t over a key set S_t (its causal range, or its top-k selection):

@@ -1,4 +1,4 @@
-// The arithmetic of the lightning indexer score (DESIGN.md §3.3), shared by every backend:
+// The arithmetic of the lightning indexer score (docs/design.md "Lightning indexer"), shared by every backend:
 //
 //   I[t,s] = k_scale[s] · sum_h w[t,h] · ReLU(q[t,h] · k[s])
 //

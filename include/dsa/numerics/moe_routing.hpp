@@ -1,4 +1,4 @@
-// The arithmetic of DeepSeek-V3's `noaux_tc` MoE gate (DESIGN.md §3.7), one token at a time.
+// The arithmetic of DeepSeek-V3's `noaux_tc` MoE gate (docs/design.md "MoE routing"), one token at a time.
 //
 // Everything here is DSA_HOST_DEVICE and allocation-free: a CUDA kernel runs moe_route_token
 // with one thread (or one warp leader) per token and a scratch of moe_route_scratch_size()

@@ -1,4 +1,4 @@
-// The online softmax of sparse MLA attention (DESIGN.md §3.5), shared by every backend.
+// The online softmax of sparse MLA attention (docs/design.md "Sparse MLA attention"), shared by every backend.
 //
 // A softmax over keys that arrive in tiles is carried as a partial state: the running maximum m
 // of the scaled logits seen so far, the sum l of exp(x - m) over them, and an accumulator

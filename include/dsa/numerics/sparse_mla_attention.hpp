@@ -1,4 +1,4 @@
-// Arithmetic of sparse MLA attention (DESIGN.md §3.5) shared by every backend, beside the online
+// Arithmetic of sparse MLA attention (docs/design.md "Sparse MLA attention") shared by every backend, beside the online
 // softmax (numerics/online_softmax.hpp): which indices are used, and the decode of a 656-byte
 // FP8 cache row (format and field accessors: numerics/kv_cache.hpp) straight to fp32 for the
 // logits and P·V products.

@@ -1,4 +1,4 @@
-// The indexer's training losses (DESIGN.md §3.6; DeepSeek-V3.2 paper eqs. 3 and 4) and their
+// The indexer's training losses (docs/design.md "Indexer KL losses"; DeepSeek-V3.2 paper eqs. 3 and 4) and their
 // gradient with respect to the index scores. Arithmetic: numerics/indexer_kl_loss.hpp.
 //
 //   attn          [m, h, n] float  main attention probabilities of query row t, head h, key s

@@ -1,4 +1,4 @@
-// Lightning indexer scores (DESIGN.md §3.3): the cheap FP8 attention that ranks the keys each
+// Lightning indexer scores (docs/design.md "Lightning indexer"): the cheap FP8 attention that ranks the keys each
 // query row of DeepSeek Sparse Attention attends to.
 //
 //   I[t,s] = k_scale[s] · sum_h w[t,h] · ReLU(q[t,h] · k[s])   for s in [start_t, end_t)

@@ -1,4 +1,4 @@
-// dsa::moe_route: DeepSeek-V3 `noaux_tc` expert selection (DESIGN.md §3.7).
+// dsa::moe_route: DeepSeek-V3 `noaux_tc` expert selection (docs/design.md "MoE routing").
 //
 //   dsa::moe_route(be, logits, bias, expert_ids, weights, cfg);
 //

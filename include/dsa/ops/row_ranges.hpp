@@ -1,5 +1,5 @@
-// Validation shared by the ops that take per-row key ranges (docs/architecture.md, "Row
-// ranges"): an int32 view [m, 2] of (start, end) with 0 <= start <= end <= n.
+// Validation shared by the ops that take per-row key ranges (docs/design.md, "Row ranges"): an
+// int32 view [m, 2] of (start, end) with 0 <= start <= end <= n.
 #pragma once
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Sparse MLA attention (DESIGN.md §3.5): MQA-mode attention of every query head over the kv
+// Sparse MLA attention (docs/design.md "Sparse MLA attention"): MQA-mode attention of every query head over the kv
 // rows its token selected, with the latent cache shared by all heads (FlashMLA's sparse decode
 // and prefill kernels for DeepSeek-V3.2).
 //

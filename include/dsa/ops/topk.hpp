@@ -1,9 +1,10 @@
-// Top-k selection and row gathering (DESIGN.md §3.4).
+// Top-k selection and row gathering (docs/design.md "Top-k").
 //
 // topk_indices: per row, the k largest scores inside the row's range [start, end), as int32
-// column indices in ASCENDING index order, padded with -1 when fewer than k are selectable.
-// NaN and -inf are never selected; ties go to the smaller index; -0.0 and +0.0 tie (see
-// dsa/numerics/topk.hpp). O(n) per row by radix select on order-preserving keys.
+// column indices in ASCENDING index order, padded with -1 when the range holds fewer than k
+// positions. NaN ranks above every number and -inf below (torch.topk's order); ties go to the
+// smaller index; -0.0 and +0.0 tie (see dsa/numerics/topk.hpp). O(n) per row by radix select on
+// order-preserving keys.
 #pragma once
 
 #include <algorithm>

@@ -33,7 +33,7 @@ namespace linear_impl {
 /// that need no arithmetic use port 5's byte shuffles instead: the low bytes reach the high byte
 /// of their word by a byte shift of the 128-bit lanes (measured 2-3% faster at t = 2..4), and the
 /// low bf16 of each pair reaches the high half of its fp32 lane by a byte shuffle rather than a
-/// dword shift (2.6% at t = 4 in L2, docs/performance.md "Ninth pass").
+/// dword shift (2.6% at t = 4 in L2, docs/records/2026-11-25-v32-scale-cpu-passes.md "Ninth pass").
 template <bool Special, int MR>
 DSA_FORCEINLINE void packed_quad_fp32(const std::uint8_t* s, const float* const* xr, __m512* acc) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
@@ -136,7 +136,7 @@ template <unsigned SlowBlocks, int MR, int NB>
 /// (more than one block: all take the slow decode). Branching on the flags inside one loop
 /// instead, or inlining the ranges, made GCC keep the accumulators in memory or pick worse code
 /// for the common case: measured 12-20% slower at t = 2..4 on checkpoint-like codes
-/// (docs/performance.md, "Eighth pass").
+/// (docs/records/2026-11-25-v32-scale-cpu-passes.md, "Eighth pass").
 template <int MR, int NB>
 DSA_FORCEINLINE void packed_gemv_fp32(const packed_fp8_weight& w, index_t g, index_t kb0, const float* DSA_RESTRICT x,
                                       index_t ldx, float* DSA_RESTRICT d) {

@@ -99,7 +99,7 @@ DSA_HOST_DEVICE DSA_FORCEINLINE float4 e5m2x4_to_float4(std::uint32_t packed) {
 }
 
 // ---- encode -------------------------------------------------------------------------------------
-// Round to nearest even, saturating to +-448 (DESIGN §3); the scalar numerics, lane by lane. The
+// Round to nearest even, saturating to +-448 (docs/design.md "Number formats"); the scalar numerics, lane by lane. The
 // sm_89+ cvt.rn.satfinite.e4m3x2.f32 is not used: its NaN sign is not specified to match.
 
 /// Four floats to four e4m3 codes packed into one word (.x in bits 0-7).

@@ -111,7 +111,7 @@ layer_buffer<B, T> make_buffer(const layer_context<B>& ctx, index_t count) {
   return layer_memory<B>::template make<T>(ctx.be, count);
 }
 
-/// The RoPE / YaRN configuration of config.json (DESIGN.md §4).
+/// The RoPE / YaRN configuration of config.json (docs/design.md "RoPE and YaRN").
 inline rope_config rope_config_of(const ::dsa::model::config& c) {
   rope_config r;
   r.dim = c.qk_rope_head_dim;
