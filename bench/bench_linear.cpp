@@ -340,7 +340,7 @@ BENCHMARK(BM_fp8_linear)->Name("BM_fp8_linear_prefill")->Apply(prefill_args);
 // 3 the GEMV that decodes and multiplies in registers (packed_gemv_fp32, AVX-512, the path the
 // fp32 mode takes) and 4 the tile path it replaced (decode_packed_run + gemv_micro), t = 1..4.
 void BM_fp8_gemv_parts(benchmark::State& state) {
-  namespace li = dsa::cpu_detail::linear_impl;
+  namespace li = dsa::cpu_detail;
   constexpr index_t nr = li::fp8_shape<float>::gemv_nr, in = 7168, nb = li::gemv_max_nb;
   constexpr index_t tile_stride = (nr / li::group_rows) * li::pair_tile_dwords;
   const fp8_pool& w = pool(0, false);  // checkpoint-like codes; the first nr rows

@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
     const dsa::model::random_checkpoint_footprint size = dsa::model::random_checkpoint_size(cfg, be, shard_bytes);
     const std::uint64_t max_bytes = static_cast<std::uint64_t>(max_gb) << 30;
     if (size.overflow || size.total_bytes > max_bytes) {
-      namespace rc = dsa::model::random_checkpoint_detail;
+      namespace rc = dsa::model::detail;
       std::string m = "checkpoint size = " + rc::format_bytes(size.total_bytes, size.overflow);
       if (!size.overflow) {
         m += ", its largest unit (" + size.largest_unit + ") " + rc::format_bytes(size.largest_unit_bytes, false);

@@ -253,7 +253,7 @@ void check_dump_target(const options& o) {
   if (::stat(o.dump.c_str(), &st) != 0) return;  // nothing there (or a dangling symlink, which the dump replaces)
   if (S_ISDIR(st.st_mode))
     dsa::fail("validate", "--dump", out, "the name of a file to write; it is an existing directory");
-  if (const auto what = dsa::safetensors_detail::unreplaceable(o.dump)) {
+  if (const auto what = dsa::detail::unreplaceable(o.dump)) {
     dsa::fail("validate", "--dump", out,
               "a regular file or a new name; it is " + *what + ", which the dump would replace (it is written to a "
               "new file renamed onto OUT)");

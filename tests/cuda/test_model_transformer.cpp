@@ -223,7 +223,7 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST_CASE("forward's argument checks accept device sequences and say what the host transformer says (no GPU)") {
-  // The checks are forward_detail::checked_forward_tokens for both transformers; run on a
+  // The checks are detail::checked_forward_tokens for both transformers; run on a
   // device_sequence (which allocates nothing until forward() reserves) and a host sequence.
   dsa::model::device_sequence dev(4, 3, 256, 64, 7);
   dsa::model::sequence host(4, 3, 256, 64, 7);
@@ -231,7 +231,7 @@ TEST_CASE("forward's argument checks accept device sequences and say what the ho
   const dsa::model::forward_options opt;
   dsa::model::forward_options zero_chunk;
   zero_chunk.max_chunk = 0;
-  using dsa::model::forward_detail::checked_forward_tokens;
+  using dsa::model::detail::checked_forward_tokens;
   const auto both = [&](std::uint64_t owner, index_t layers, const std::vector<std::int64_t>& toks,
                         const dsa::model::forward_options& o) {
     const std::string d = error_of([&] { checked_forward_tokens(dev, owner, layers, 512, std::span(toks), o); });

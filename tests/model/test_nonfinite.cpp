@@ -169,8 +169,8 @@ TEST_CASE("a decode step after a non-finite prefill keeps the first site; reset(
 }
 
 TEST_CASE("nonfinite_site keys order sites as they are computed and round-trip") {
-  using dsa::model::nonfinite_detail::decode;
-  using dsa::model::nonfinite_detail::encode;
+  using dsa::model::detail::decode;
+  using dsa::model::detail::encode;
   CHECK(encode(0, nonfinite_stage::ffn_output, 4000) < encode(1, nonfinite_stage::index_scores, 0));
   CHECK(encode(3, nonfinite_stage::index_scores, 9) < encode(3, nonfinite_stage::attention_output, 0));
   CHECK(encode(3, nonfinite_stage::residual_stream, 9) < encode(3, nonfinite_stage::ffn_output, 0));

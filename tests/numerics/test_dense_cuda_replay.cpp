@@ -3,7 +3,7 @@
 // numerics: the device cannot run here, so what makes the kernels bit-identical — the 8-lane xor
 // butterfly of the norms, the order-free row maximum of the attention, the +0 terms of its sum,
 // the order-free exact fp8 block dot — is checked by replaying it with the same operations.
-// Mirrors: norm_kernel.cuh norm_kernel_detail::combine (xor offsets 1, 2, 4) and the lane sums
+// Mirrors: norm_kernel.cuh combine (xor offsets 1, 2, 4) and the lane sums
 // of rms_norm_kernel / layer_norm_kernel; sparse_mha_attention_kernel.cuh sparse_mha_kernel's
 // row maximum (thread-strided fmaxf, warp butterflies, first used entry) and its entry-order exp
 // sum; linear_kernel.cuh fp8_linear_kernel's per-128-block DFMA dot, and fp8_gemv_kernel's lane
@@ -78,7 +78,7 @@ void check_norm_replay(index_t d, std::uint64_t seed) {
   const double sum = butterfly8(lane_sums(x, [](T v) { return static_cast<double>(dsa::to_float(v)); }))[0];
   const double mean = sum / static_cast<double>(d);
   const double dev = butterfly8(lane_sums(x, [&](T v) {
-    return dsa::norm_detail::square_rn(static_cast<double>(dsa::to_float(v)) - mean);
+    return dsa::detail::square_rn(static_cast<double>(dsa::to_float(v)) - mean);
   }))[0];
   const dsa::layer_norm_stats rep = dsa::layer_norm_finish(sum, dev, d, 1e-6f);
   CHECK(bits_of(rep.mean) == bits_of(st.mean));
@@ -238,7 +238,7 @@ TEST_CASE("fp8_gemv kernel: the lane layout covers each pass once, block by bloc
 namespace {
 
 // A host replay of fp8_gemv_kernel for one output column: the pass loop, the per-group
-// quantization (linear_kernel_detail::quantize_group), the lanes' 16-code DFMA partial dots, the
+// quantization (quantize_group), the lanes' 16-code DFMA partial dots, the
 // 8-lane butterflies and the ascending promotion from fp8_gemv_block_lane.
 std::vector<float> replay_fp8_gemv(const std::vector<float>& x, index_t t, index_t in, const std::vector<dsa::fp8_e4m3>& w,
                                    const std::vector<float>& w_scale, index_t c, dsa::scale_format fmt) {

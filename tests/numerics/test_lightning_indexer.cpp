@@ -2,7 +2,7 @@
 // kernels use it: the guarded page-table lookup, the head term, and the kernels' dot product
 // (sequential fmaf over the columns, padded with +0 * +0 to a multiple of the 32-column staging
 // round), replayed on the host against the CPU backend's lightning_indexer_dot.
-// Mirrors: lightning_indexer_kernel.cuh indexer_detail::dot_tile (kernel_dot below) and the
+// Mirrors: lightning_indexer_kernel.cuh dot_tile (kernel_dot below) and the
 // paged scores kernel's lightning_indexer_paged_slot lookup.
 #include <doctest/doctest.h>
 

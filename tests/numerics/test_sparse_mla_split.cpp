@@ -7,7 +7,7 @@
 // for 1 to 64 splits. This is how the kernels' index logic and the stated tolerance are checked
 // without a GPU; the device tests (tests/cuda/test_ops_sparse_mla_attention.cpp) then compare
 // the kernels themselves with the CPU backend against the same bound.
-// Mirrors: sparse_mla_attention_kernel.cuh sparse_mla_detail::load_tile_rows / load_rows /
+// Mirrors: sparse_mla_attention_kernel.cuh load_tile_rows / load_rows /
 // tile_logits, sparse_mla_attention_kernel's per-tile online softmax and P·V, the combine
 // kernel's ascending online_softmax_merge, and sparse_mla_probs_kernel's
 // online_softmax_probability_from_lse.
@@ -55,7 +55,7 @@ float butterfly_max(std::vector<float> v) {
   return v[0];
 }
 
-// sparse_mla_detail::tile_logits for one head and one key: lane l sums i = l, l + 32, ... with
+// tile_logits for one head and one key: lane l sums i = l, l + 32, ... with
 // fused multiply-adds, then the butterfly.
 float replay_logit(const float* q, const float* k, index_t d) {
   std::vector<float> lanes(32, 0.0f);

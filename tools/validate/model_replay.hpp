@@ -408,7 +408,7 @@ class replay_checks {
     if (batch_ > 1) tag.append("[").append(std::to_string(b)).append("]");
     return tag;
   }
-  index_t decode_width(index_t s) const { return dsa::model::forward_detail::selection_width(index_topk_, len_ + s); }
+  index_t decode_width(index_t s) const { return dsa::model::detail::selection_width(index_topk_, len_ + s); }
   std::size_t first_layer_output() const { return static_cast<std::size_t>(steps_ + 1); }
   std::size_t decode_output(index_t s, index_t l) const {
     return first_layer_output() + static_cast<std::size_t>(3 * layers_ + (s - 1) * layers_ + l);

@@ -31,7 +31,7 @@ struct device_space {
 
 using index_t = std::int64_t;
 
-namespace tensor_view_detail {
+namespace detail {
 
 template <std::size_t Rank>
 std::string array_string(const std::array<index_t, Rank>& a) {
@@ -88,7 +88,7 @@ void check_strides(const std::array<index_t, Rank>& extents, const std::array<in
   }
 }
 
-}  // namespace tensor_view_detail
+}  // namespace detail
 
 template <class T, std::size_t Rank, class Space = host_space>
 class tensor_view {
@@ -105,10 +105,10 @@ class tensor_view {
   tensor_view() = default;
 
   /// Row-major (C order) view. On the host, throws dsa::error when the element count does not
-  /// fit index_t (see tensor_view_detail::check_extents).
+  /// fit index_t (see detail::check_extents).
   DSA_HOST_DEVICE tensor_view(T* data, const extents_type& extents) : data_(data), extents_(extents) {
 #if !DSA_DEVICE_COMPILE
-    tensor_view_detail::check_extents(extents_);
+    detail::check_extents(extents_);
 #endif
     index_t s = 1;
     for (std::size_t r = Rank; r-- > 0;) {
@@ -122,8 +122,8 @@ class tensor_view {
   DSA_HOST_DEVICE tensor_view(T* data, const extents_type& extents, const extents_type& strides)
       : data_(data), extents_(extents), strides_(strides) {
 #if !DSA_DEVICE_COMPILE
-    tensor_view_detail::check_extents(extents_);
-    tensor_view_detail::check_strides(extents_, strides_);
+    detail::check_extents(extents_);
+    detail::check_strides(extents_, strides_);
 #endif
   }
 

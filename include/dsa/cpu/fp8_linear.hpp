@@ -55,7 +55,6 @@
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
-namespace linear_impl {
 
 // ---- scratch ------------------------------------------------------------------------------------
 
@@ -404,7 +403,6 @@ void fp8_linear_dispatch(const cpu_backend& be, const tensor_view<const X, 2>& x
   }
 }
 
-}  // namespace linear_impl
 }  // namespace cpu_detail
 
 template <>
@@ -412,7 +410,7 @@ struct op_impl<cpu_backend, fp8_linear_op> {
   template <class X, class O>
   static void run(const cpu_backend& be, tensor_view<const X, 2> x, tensor_view<const fp8_e4m3, 2> w,
                   tensor_view<const float, 2> w_scale, tensor_view<O, 2> y, scale_format act_format) {
-    cpu_detail::linear_impl::fp8_linear_dispatch(be, x, w, w_scale, y, act_format);
+    cpu_detail::fp8_linear_dispatch(be, x, w, w_scale, y, act_format);
   }
 };
 
@@ -423,7 +421,7 @@ struct op_impl<cpu_backend, fp8_linear_op> {
 template <class XT, class O>
 void fp8_linear(const cpu_backend& be, host_view<XT, 2> x, const packed_fp8_weight& w, host_view<const float, 2> w_scale,
                 host_view<O, 2> y, scale_format act_format = scale_format::ue8m0) {
-  static_assert(dense_detail::is_bf16_or_float<XT>, "dsa::fp8_linear: x must hold dsa::bf16 or float");
+  static_assert(detail::is_bf16_or_float<XT>, "dsa::fp8_linear: x must hold dsa::bf16 or float");
   static_assert(std::is_same_v<O, bf16> || std::is_same_v<O, float>, "dsa::fp8_linear: y must hold dsa::bf16 or float");
   using X = std::remove_const_t<XT>;
   constexpr std::string_view op = "fp8_linear";
@@ -431,10 +429,10 @@ void fp8_linear(const cpu_backend& be, host_view<XT, 2> x, const packed_fp8_weig
   if (w.group_rows() != packed_fp8_group_rows) {
     fail(op, "w.group_rows()", w.group_rows(), "the rows per group of this build's vectors (packed by code built for other ones)");
   }
-  dense_detail::check_fp8_linear_operands(op, xc, w.out_features(), w_scale, y, act_format);
+  detail::check_fp8_linear_operands(op, xc, w.out_features(), w_scale, y, act_format);
   if (w.in_features() != xc.extent(1)) fail(op, "w.in_features()", w.in_features(), "x.extent(1), the input features");
   if (y.empty()) return;
-  cpu_detail::linear_impl::fp8_linear_dispatch(be, xc, w, w_scale, y, act_format);
+  cpu_detail::fp8_linear_dispatch(be, xc, w, w_scale, y, act_format);
 }
 
 DSA_NAMESPACE_END

@@ -36,7 +36,6 @@
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
-namespace linear_impl {
 
 // The SIMD vocabulary (arch/vec.hpp) the kernel is written in.
 using simd::load_vec;
@@ -135,14 +134,13 @@ void linear(const cpu_backend& be, const tensor_view<const X, 2>& x, const tenso
   }
 }
 
-}  // namespace linear_impl
 }  // namespace cpu_detail
 
 template <>
 struct op_impl<cpu_backend, linear_op> {
   template <class X, class W, class O>
   static void run(const cpu_backend& be, tensor_view<const X, 2> x, tensor_view<const W, 2> w, tensor_view<O, 2> y) {
-    cpu_detail::linear_impl::linear(be, x, w, y);
+    cpu_detail::linear(be, x, w, y);
   }
 };
 

@@ -34,10 +34,10 @@ inline int indexer_rows_per_block(index_t m) { return m >= 16 ? 16 : (m >= 4 ? 4
 
 template <class T, bool Paged, int TM>
 void launch_indexer_scores(const cuda_backend& be, const cuda_kernels::indexer_scores_params<T>& p) {
-  constexpr index_t key_tile = cuda_kernels::indexer_detail::tile;
+  constexpr index_t key_tile = cuda_kernels::tile;
   const index_t items = (p.m + TM - 1) / TM * ((p.n + key_tile - 1) / key_tile);
   cuda_kernels::lightning_indexer_scores_kernel<T, Paged, TM>
-      <<<grid_blocks(items, 1), cuda_kernels::indexer_detail::threads, 0, be.stream>>>(p);
+      <<<grid_blocks(items, 1), cuda_kernels::threads, 0, be.stream>>>(p);
   DSA_CUDA_CHECK_LAUNCH();
 }
 
@@ -113,9 +113,9 @@ struct op_impl<cuda_backend, lightning_indexer_backward_op> {
                   tensor_view<const std::int32_t, 2, device_space> ranges,
                   tensor_view<const float, 2, device_space> grad_scores, tensor_view<float, 3, device_space> grad_q,
                   tensor_view<float, 2, device_space> grad_w, tensor_view<float, 2, device_space> grad_k) {
-    using cuda_kernels::indexer_detail::out_cols;
-    using cuda_kernels::indexer_detail::threads;
-    using cuda_kernels::indexer_detail::tile;
+    using cuda_kernels::out_cols;
+    using cuda_kernels::threads;
+    using cuda_kernels::tile;
     cuda_kernels::indexer_backward_params p;
     p.q = q.data_handle();
     p.q_stride0 = q.stride(0);

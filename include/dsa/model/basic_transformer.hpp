@@ -89,7 +89,7 @@ class transformer {
   /// A new, empty sequence that can hold up to max_tokens tokens: 1 <= max_tokens <=
   /// max_position_embeddings (dsa::error otherwise).
   sequence_type new_sequence(index_t max_tokens) const {
-    forward_detail::check_new_sequence(max_tokens, config().max_position_embeddings);
+    detail::check_new_sequence(max_tokens, config().max_position_embeddings);
     return sequence_type(max_tokens, num_layers(), config().kv_lora_rank, config().qk_rope_head_dim, id_);
   }
 
@@ -115,7 +115,7 @@ class transformer {
   template <class Token>
   std::vector<float> forward(sequence_type& seq, std::span<const Token> tokens, const forward_options& opt = {}) {
     const std::vector<std::int32_t> ids =
-        forward_detail::checked_forward_tokens(seq, id_, num_layers(), config().vocab_size, tokens, opt);
+        detail::checked_forward_tokens(seq, id_, num_layers(), config().vocab_size, tokens, opt);
     const batch_entry one{&seq, ids};
     return std::move(forward(std::span<const batch_entry>(&one, 1), opt).front());
   }
@@ -163,7 +163,7 @@ template <class Backend>
 transformer<Backend>::transformer(::dsa::model::weights w, Backend be) : w_(std::move(w)), be_(be), res_(w_, be_) {
   settings_ = checked_layer_settings(w_.config());
   for (std::size_t l = 0; l < w_.layers.size(); ++l) decode_.push_back(std::make_unique<mla_decode_weights<Backend>>());
-  id_ = forward_detail::next_transformer_id();
+  id_ = detail::next_transformer_id();
 }
 
 template <class Backend>
@@ -183,7 +183,7 @@ std::vector<std::vector<float>> transformer<Backend>::forward(std::span<const ba
              "each sequence at most once per call");
       }
     }
-    (void)forward_detail::checked_forward_tokens(*e.seq, id_, num_layers(), config().vocab_size, e.tokens, opt);
+    (void)detail::checked_forward_tokens(*e.seq, id_, num_layers(), config().vocab_size, e.tokens, opt);
     total += static_cast<index_t>(e.tokens.size());
   }
   for (const batch_entry& e : batch) {
@@ -213,7 +213,7 @@ std::vector<std::vector<float>> transformer<Backend>::forward(std::span<const ba
   for (std::size_t i = 0; i < batch.size(); ++i) {
     // The last token's logits decide (with all_logits, the last row).
     const std::vector<float>& l = logits[i];
-    forward_detail::check_logits(std::span<const float>(l.data() + l.size() - static_cast<std::size_t>(vocab),
+    detail::check_logits(std::span<const float>(l.data() + l.size() - static_cast<std::size_t>(vocab),
                                                         static_cast<std::size_t>(vocab)),
                                  *batch[i].seq, batch[i].seq->length() - 1, num_layers(), opt.on_nonfinite);
   }
@@ -249,7 +249,7 @@ void transformer<Backend>::forward_round(std::span<const batch_entry> batch, std
       positions.push_back(static_cast<std::int32_t>(seg.start + i));
     }
     // The selection is min(index_topk, end) wide per sequence: no token has more causal positions.
-    k_sel = std::max(k_sel, forward_detail::selection_width(c.index_topk, seg.end()));
+    k_sel = std::max(k_sel, detail::selection_width(c.index_topk, seg.end()));
   }
   const index_t t = rows.back();
   layer_context<Backend> ctx{be_, c, settings_.act_format, settings_.rope, &times_};
@@ -320,7 +320,7 @@ void transformer<Backend>::forward_round(std::span<const batch_entry> batch, std
       const index_t k_exp = lw.moe ? c.num_experts_per_tok : 0;
       for (std::size_t s = 0; s < round.size(); ++s) {
         const batch_segment<cache_type>& seg = segments[s];
-        const index_t k_seg = forward_detail::selection_width(c.index_topk, seg.end());
+        const index_t k_seg = detail::selection_width(c.index_topk, seg.end());
         opt.observer(layer_trace{l, seg.start,
                                  host_view<const std::int32_t, 2>(topk_rows + seg.row * k_sel, {seg.t, k_seg}, {k_sel, 1}),
                                  host_view<const bf16, 2>(h_rows + seg.row * d, {seg.t, d}),
@@ -334,7 +334,7 @@ void transformer<Backend>::forward_round(std::span<const batch_entry> batch, std
   const std::vector<std::uint64_t> first = watch.first();
   for (std::size_t s = 0; s < round.size(); ++s) {
     sequence_type& seq = *batch[round[s].entry].seq;
-    if (first[s] != nonfinite_detail::none) seq.note_nonfinite(nonfinite_detail::decode(first[s], seq.length()));
+    if (first[s] != detail::none) seq.note_nonfinite(detail::decode(first[s], seq.length()));
     seq.advance(segments[s].t);
   }
 

@@ -75,11 +75,11 @@ struct quantization_config {
 /// (a tool writing a tiny model, say) should call validate() itself before use.
 struct config {
   std::string model_type = "deepseek_v32";
-  index_t vocab_size = 0;             ///< <= 2^24 (config_detail::max_vocab_size)
+  index_t vocab_size = 0;             ///< <= 2^24 (detail::max_vocab_size)
   index_t hidden_size = 0;
   index_t intermediate_size = 0;      ///< dense SwiGLU layers
   index_t moe_intermediate_size = 0;  ///< each routed expert, and each shared expert
-  index_t num_hidden_layers = 0;      ///< without the MTP layers; <= 1024 (config_detail::max_hidden_layers)
+  index_t num_hidden_layers = 0;      ///< without the MTP layers; <= 1024 (detail::max_hidden_layers)
   index_t first_k_dense_replace = 0;  ///< layers [0, first_k_dense_replace) are dense
   index_t num_attention_heads = 0;
   index_t num_key_value_heads = 0;  ///< MLA: equal to num_attention_heads (checked)
@@ -179,7 +179,7 @@ struct config {
 // ---- implementation -------------------------------------------------------------------------
 
 #if DSA_MODEL_IO_DEFINITIONS  // dsa/model/io_linkage.hpp
-namespace config_detail {
+namespace detail {
 
 inline constexpr std::uint64_t max_file_bytes = std::uint64_t{16} << 20;         // a real config.json is ~2 KB
 inline constexpr index_t max_extent = std::numeric_limits<std::int32_t>::max();  // int32 indices
@@ -196,8 +196,8 @@ inline constexpr index_t max_extent = std::numeric_limits<std::int32_t>::max(); 
 inline constexpr index_t max_hidden_layers = 1024;
 inline constexpr index_t max_vocab_size = index_t{1} << 24;
 
-[[noreturn]] inline void fail(std::string_view source, std::string_view key, std::string_view value,
-                              std::string_view expected) {
+[[noreturn]] inline void fail_config(std::string_view source, std::string_view key, std::string_view value,
+                                     std::string_view expected) {
   std::string arg(source);
   arg += ": ";
   arg += key;
@@ -238,7 +238,7 @@ class reader {
   }
 
   [[noreturn]] void fail(std::string_view key, std::string_view value, std::string_view expected) const {
-    config_detail::fail(source_, prefix_ + std::string(key), value, expected);
+    detail::fail_config(source_, prefix_ + std::string(key), value, expected);
   }
 
   [[noreturn]] void missing(std::string_view key, std::string_view what) const {
@@ -319,7 +319,7 @@ struct checker {
   std::string_view source;
 
   [[noreturn]] void fail(std::string_view key, std::string_view value, std::string_view expected) const {
-    config_detail::fail(source, key, value, expected);
+    detail::fail_config(source, key, value, expected);
   }
   void positive(std::string_view key, index_t v) const {
     if (v < 1 || v > max_extent) fail(key, std::to_string(v), "a positive integer <= 2147483647");
@@ -338,10 +338,10 @@ struct checker {
   }
 };
 
-}  // namespace config_detail
+}  // namespace detail
 
 DSA_MODEL_IO void config::validate(std::string_view source) const {
-  const config_detail::checker c{source};
+  const detail::checker c{source};
   const auto str = [](auto v) { return std::to_string(v); };
 
   // DeepSeek-V3 / V3.1 ("deepseek_v3") have no indexer: their forward pass is not this one.
@@ -349,12 +349,12 @@ DSA_MODEL_IO void config::validate(std::string_view source) const {
     c.one_of("model_type", model_type, "\"deepseek_v32\" (dsa implements the DeepSeek-V3.2 forward pass)");
   }
 
-  c.positive_at_most("vocab_size", vocab_size, config_detail::max_vocab_size,
+  c.positive_at_most("vocab_size", vocab_size, detail::max_vocab_size,
                      "2^24: a bound far above any real vocabulary, checked before anything is sized by it");
   c.positive("hidden_size", hidden_size);
   c.positive("intermediate_size", intermediate_size);
   c.positive("moe_intermediate_size", moe_intermediate_size);
-  c.positive_at_most("num_hidden_layers", num_hidden_layers, config_detail::max_hidden_layers,
+  c.positive_at_most("num_hidden_layers", num_hidden_layers, detail::max_hidden_layers,
                      "a bound far above any real model, checked before anything is sized by it");
   c.non_negative("first_k_dense_replace", first_k_dense_replace);
   c.positive("num_attention_heads", num_attention_heads);
@@ -412,7 +412,7 @@ DSA_MODEL_IO void config::validate(std::string_view source) const {
   if (scoring_func != "sigmoid") c.one_of("scoring_func", scoring_func, "\"sigmoid\" (noaux_tc routing)");
   if (topk_method != "noaux_tc") c.one_of("topk_method", topk_method, "\"noaux_tc\"");
   if (!(routed_scaling_factor > 0.0f)) {
-    c.fail("routed_scaling_factor", config_detail::short_float(routed_scaling_factor), "a positive number");
+    c.fail("routed_scaling_factor", detail::short_float(routed_scaling_factor), "a positive number");
   }
   if (hidden_act != "silu") c.one_of("hidden_act", hidden_act, "\"silu\" (SwiGLU experts and dense FFN)");
 
@@ -431,13 +431,13 @@ DSA_MODEL_IO void config::validate(std::string_view source) const {
   if (kv_lora_rank % 128 != 0) {
     c.fail("kv_lora_rank", str(kv_lora_rank), "a multiple of 128 (the KV cache quantizes it in 1x128 groups)");
   }
-  if (!(rms_norm_eps > 0.0f)) c.fail("rms_norm_eps", config_detail::short_float(rms_norm_eps), "a positive number");
+  if (!(rms_norm_eps > 0.0f)) c.fail("rms_norm_eps", detail::short_float(rms_norm_eps), "a positive number");
   // YaRN divides by ln(rope_theta).
-  if (!(rope_theta > 1.0f)) c.fail("rope_theta", config_detail::short_float(rope_theta), "a number > 1");
+  if (!(rope_theta > 1.0f)) c.fail("rope_theta", detail::short_float(rope_theta), "a number > 1");
 
   if (rope_scaling) {
     const rope_scaling_config& r = *rope_scaling;
-    const auto f = config_detail::short_float;
+    const auto f = detail::short_float;
     if (r.type != "yarn") c.one_of("rope_scaling.type", r.type, "\"yarn\"");
     if (!(r.factor >= 1.0f)) c.fail("rope_scaling.factor", f(r.factor), "a number >= 1");
     c.positive("rope_scaling.original_max_position_embeddings", r.original_max_position_embeddings);
@@ -501,9 +501,9 @@ DSA_MODEL_IO void config::validate(std::string_view source) const {
 }
 
 DSA_MODEL_IO config config::from_json(const nlohmann::json& j, std::string_view source) {
-  using config_detail::reader;
+  using detail::reader;
   if (!j.is_object()) {
-    config_detail::fail(source, "top-level value", j.type_name(), "a JSON object (a Hugging Face config.json)");
+    detail::fail_config(source, "top-level value", j.type_name(), "a JSON object (a Hugging Face config.json)");
   }
   const reader r(j, source, "");
   config c;
@@ -566,7 +566,7 @@ DSA_MODEL_IO config config::from_json(const nlohmann::json& j, std::string_view 
   }
 
   if (const nlohmann::json* rs = r.find("rope_scaling")) {
-    if (!rs->is_object()) r.fail("rope_scaling", config_detail::excerpt(*rs), "a JSON object or null");
+    if (!rs->is_object()) r.fail("rope_scaling", detail::excerpt(*rs), "a JSON object or null");
     const reader s(*rs, source, "rope_scaling.");
     rope_scaling_config y;
     const auto type = s.opt_string_alias("type", "rope_type");
@@ -583,7 +583,7 @@ DSA_MODEL_IO config config::from_json(const nlohmann::json& j, std::string_view 
   }
 
   if (const nlohmann::json* qc = r.find("quantization_config")) {
-    if (!qc->is_object()) r.fail("quantization_config", config_detail::excerpt(*qc), "a JSON object or null");
+    if (!qc->is_object()) r.fail("quantization_config", detail::excerpt(*qc), "a JSON object or null");
     const reader s(*qc, source, "quantization_config.");
     ::dsa::model::quantization_config q;
     q.quant_method = s.req_string("quant_method");
@@ -597,16 +597,16 @@ DSA_MODEL_IO config config::from_json(const nlohmann::json& j, std::string_view 
     const auto extent = [](const nlohmann::json& v) -> index_t {
       if (v.is_number_unsigned()) {
         const std::uint64_t u = v.get<std::uint64_t>();
-        return u > static_cast<std::uint64_t>(config_detail::max_extent) ? -1 : static_cast<index_t>(u);
+        return u > static_cast<std::uint64_t>(detail::max_extent) ? -1 : static_cast<index_t>(u);
       }
       if (v.is_number_integer()) {
         const std::int64_t i = v.get<std::int64_t>();
-        return i > config_detail::max_extent ? -1 : i;
+        return i > detail::max_extent ? -1 : i;
       }
       return -1;
     };
     if (!bs->is_array() || bs->size() != 2 || extent((*bs)[0]) < 0 || extent((*bs)[1]) < 0) {
-      s.fail("weight_block_size", config_detail::excerpt(*bs), "[128, 128] (two non-negative integers)");
+      s.fail("weight_block_size", detail::excerpt(*bs), "[128, 128] (two non-negative integers)");
     }
     q.block_n = extent((*bs)[0]);
     q.block_k = extent((*bs)[1]);
@@ -627,7 +627,7 @@ DSA_MODEL_IO config config::load(const std::filesystem::path& file_or_dir) {
 
   const fs::file_status st = fs::status(file, ec);
   if (!fs::exists(st)) {
-    config_detail::fail(name, "file", "<not found>",
+    detail::fail_config(name, "file", "<not found>",
                         is_dir ? "a config.json in the directory " + ::dsa::detail::quoted_path(file_or_dir)
                                : std::string("an existing config.json, or a directory holding one"));
   }
@@ -636,35 +636,35 @@ DSA_MODEL_IO config config::load(const std::filesystem::path& file_or_dir) {
   // refused before it is opened. A file the caller named itself is read as named.
   if (is_dir) {
     const ::dsa::detail::containment c = ::dsa::detail::contained_file(file_or_dir, file);
-    if (!c) config_detail::fail(name, "real path", c.value, c.expected);
+    if (!c) detail::fail_config(name, "real path", c.value, c.expected);
   }
-  if (fs::is_directory(st)) config_detail::fail(name, "file", "<a directory>", "a config.json file");
+  if (fs::is_directory(st)) detail::fail_config(name, "file", "<a directory>", "a config.json file");
   // Devices and pipes (/dev/zero, a FIFO) could be read forever.
-  if (!fs::is_regular_file(st)) config_detail::fail(name, "file", "<not a regular file>", "a config.json file");
+  if (!fs::is_regular_file(st)) detail::fail_config(name, "file", "<not a regular file>", "a config.json file");
   const std::uintmax_t size = fs::file_size(file, ec);
-  if (ec) config_detail::fail(name, "file", "<cannot stat: " + ec.message() + ">", "a readable config.json");
-  if (size > config_detail::max_file_bytes) {
-    config_detail::fail(name, "file size", std::to_string(size) + " bytes",
+  if (ec) detail::fail_config(name, "file", "<cannot stat: " + ec.message() + ">", "a readable config.json");
+  if (size > detail::max_file_bytes) {
+    detail::fail_config(name, "file size", std::to_string(size) + " bytes",
                         "at most 16 MiB (a config.json is a few KB; is this the right file?)");
   }
 
   std::ifstream in(file, std::ios::binary);
-  if (!in) config_detail::fail(name, "file", "<cannot open>", "a readable config.json");
+  if (!in) detail::fail_config(name, "file", "<cannot open>", "a readable config.json");
   std::string text(static_cast<std::size_t>(size), '\0');
   in.read(text.data(), static_cast<std::streamsize>(size));
   text.resize(static_cast<std::size_t>(in.gcount()));
-  if (in.bad()) config_detail::fail(name, "file", "<read error>", "a readable config.json");
+  if (in.bad()) detail::fail_config(name, "file", "<read error>", "a readable config.json");
 
   // A key given twice is ambiguous (nlohmann would keep the last): rejected at any depth, as is
-  // nesting deeper than detail::json_max_depth, before the document is built.
-  const detail::json_structure_result structure =
-      detail::json_structure_problem(text.data(), text.data() + text.size());
-  using problem = detail::json_structure_result::problem;
+  // nesting deeper than ::dsa::detail::json_max_depth, before the document is built.
+  const ::dsa::detail::json_structure_result structure =
+      ::dsa::detail::json_structure_problem(text.data(), text.data() + text.size());
+  using problem = ::dsa::detail::json_structure_result::problem;
   if (structure.found == problem::duplicate_key) {
-    config_detail::fail(name, "key " + ::dsa::quoted(structure.key), "<given twice>", "each key once per object");
+    detail::fail_config(name, "key " + ::dsa::quoted(structure.key), "<given twice>", "each key once per object");
   }
   if (structure.found == problem::too_deep) {
-    config_detail::fail(name, "JSON", "<nested deeper than " + std::to_string(detail::json_max_depth) + " levels>",
+    detail::fail_config(name, "JSON", "<nested deeper than " + std::to_string(::dsa::detail::json_max_depth) + " levels>",
                         "a config.json nesting objects and arrays at most that deep");
   }
   nlohmann::json j;
@@ -672,14 +672,14 @@ DSA_MODEL_IO config config::load(const std::filesystem::path& file_or_dir) {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     // nlohmann's position and reason, quoted: they carry the last token read from the file.
-    config_detail::fail(name, "JSON", ::dsa::detail::json_parse_error(e.what()), "a valid JSON document");
+    detail::fail_config(name, "JSON", ::dsa::detail::json_parse_error(e.what()), "a valid JSON document");
   }
 
   return from_json(j, name);
 }
 
 DSA_MODEL_IO nlohmann::json config::to_json() const {
-  using config_detail::json_float;
+  using detail::json_float;
   nlohmann::json j = nlohmann::json::object();
   j["architectures"] = nlohmann::json::array({"DeepseekV32ForCausalLM"});
   j["model_type"] = model_type;
@@ -742,8 +742,8 @@ DSA_MODEL_IO nlohmann::json config::to_json() const {
 DSA_MODEL_IO std::string config::to_string() const {
   // Appended piece by piece, not streamed: no locale reaches the text (dsa/core/error.hpp).
   std::string s;
-  auto add = [&s](const auto&... parts) { ((s += detail::format_value(parts)), ...); };
-  const auto f = config_detail::short_float;
+  auto add = [&s](const auto&... parts) { ((s += ::dsa::detail::format_value(parts)), ...); };
+  const auto f = detail::short_float;
   add(model_type, ": ", num_hidden_layers, " layers (", first_k_dense_replace, " dense) hidden ", hidden_size,
       " vocab ", vocab_size, " | MLA ", num_attention_heads, " heads q_lora ", q_lora_rank, " kv_lora ", kv_lora_rank,
       " qk ", qk_nope_head_dim, "+", qk_rope_head_dim, " v ", v_head_dim, " softmax_scale ", f(softmax_scale()),

@@ -85,10 +85,10 @@ inline std::optional<dtype> parse_dtype(std::string_view name) {
   return std::nullopt;
 }
 
-namespace safetensors_detail {
+namespace detail {
 template <class T>
 inline constexpr bool always_false = false;
-}  // namespace safetensors_detail
+}  // namespace detail
 
 /// The dtype whose elements are stored as C++ type T (float -> F32, dsa::bf16 -> BF16, ...).
 /// F16 has no C++ element type in dsa; read it with bytes().
@@ -118,7 +118,7 @@ constexpr dtype dtype_of() {
   else if constexpr (std::is_same_v<U, bool>)
     return dtype::boolean;
   else
-    static_assert(safetensors_detail::always_false<U>, "dsa::dtype_of: no safetensors dtype stores this C++ type");
+    static_assert(::dsa::detail::always_false<U>, "dsa::dtype_of: no safetensors dtype stores this C++ type");
 }
 
 static_assert(sizeof(bool) == 1, "dsa::safetensors: BOOL tensors need a one-byte bool");

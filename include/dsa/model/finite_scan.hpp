@@ -25,7 +25,7 @@
 
 DSA_NAMESPACE_BEGIN
 namespace model {
-namespace finite_scan_detail {
+namespace detail {
 
 // Elements [0, count) of `data` as U, tested with `bad(u)`; the first bad index or -1.
 template <class U, class Bad>
@@ -46,12 +46,12 @@ std::int64_t first_bad(std::span<const std::byte> data, Bad bad) {
   return -1;
 }
 
-}  // namespace finite_scan_detail
+}  // namespace detail
 
 /// The flat index of the first NaN or infinite element of a tensor stored as `type` in `data`,
 /// or -1 when every element is finite (always -1 for integer and boolean dtypes).
 inline std::int64_t first_non_finite(dtype type, std::span<const std::byte> data) {
-  using finite_scan_detail::first_bad;
+  using detail::first_bad;
   switch (type) {
     case dtype::f8_e4m3: return first_bad<std::uint8_t>(data, [](std::uint8_t c) { return (c & 0x7Fu) == 0x7Fu; });
     case dtype::f8_e5m2: return first_bad<std::uint8_t>(data, [](std::uint8_t c) { return (c & 0x7Cu) == 0x7Cu; });

@@ -68,7 +68,7 @@ struct forward_options {
   bool all_logits = false;
 };
 
-namespace forward_detail {
+namespace detail {
 
 /// The checks of transformer::forward(seq, tokens, opt), in the order every backend runs them,
 /// before anything is computed or allocated: `seq` was made by this transformer (`owner_id`,
@@ -151,6 +151,6 @@ inline std::vector<std::int32_t> chunk_positions(index_t start, index_t t) {
   return positions;
 }
 
-}  // namespace forward_detail
+}  // namespace detail
 }  // namespace model
 DSA_NAMESPACE_END

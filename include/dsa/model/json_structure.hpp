@@ -36,7 +36,6 @@ struct json_structure_result {
   std::string key;  ///< duplicate_key: the key (raw bytes from the file: escape before printing)
 };
 
-namespace json_structure_detail {
 
 class checker {
  public:
@@ -95,12 +94,11 @@ class checker {
   std::vector<std::set<std::string>> keys_;
 };
 
-}  // namespace json_structure_detail
 
 /// Checks depth and duplicate keys of the JSON text [first, last) in one linear pass.
 inline json_structure_result json_structure_problem(const char* first, const char* last,
                                                     int max_depth = json_max_depth) {
-  json_structure_detail::checker c(max_depth);
+  checker c(max_depth);
   nlohmann::json::sax_parse(first, last, &c, nlohmann::json::input_format_t::json, /*strict=*/true);
   return c.result;
 }

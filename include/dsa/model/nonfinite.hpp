@@ -87,7 +87,7 @@ class nonfinite_error : public error {
   nonfinite_site site_;
 };
 
-namespace nonfinite_detail {
+namespace detail {
 
 /// A site as one 64-bit key whose unsigned order is the order of computation within a call
 /// (layer, then stage, then row): the smallest key of a call is its first site. The device watch
@@ -107,7 +107,7 @@ inline nonfinite_site decode(std::uint64_t key, index_t first_position) {
 /// bf16 bits with an all-ones exponent: inf or NaN.
 DSA_HOST_DEVICE constexpr bool bf16_bits_nonfinite(std::uint16_t bits) { return (bits & 0x7F80u) == 0x7F80u; }
 
-}  // namespace nonfinite_detail
+}  // namespace detail
 
 /// The watch of one round of a forward call: for each sequence (segment) of the round, the key of
 /// its first non-finite value over every watched point. Segment s owns the rows
@@ -123,7 +123,7 @@ class nonfinite_watch<host_space> {
   /// host backend (the device watch takes its backend's stream).
   template <class Backend>
   nonfinite_watch(const Backend&, std::span<const index_t> rows)
-      : rows_(rows.begin(), rows.end()), keys_(rows.size() - 1, nonfinite_detail::none) {}
+      : rows_(rows.begin(), rows.end()), keys_(rows.size() - 1, detail::none) {}
 
   /// The layer being run (set by the transformer before each layer).
   index_t layer = 0;
@@ -131,13 +131,13 @@ class nonfinite_watch<host_space> {
   /// A [rows, cols] bf16 activation of the round's tokens.
   void watch(host_view<const bf16, 2> x, nonfinite_stage stage) {
     for (std::size_t s = 0; s < keys_.size(); ++s) {
-      if (keys_[s] != nonfinite_detail::none) continue;  // every later key is larger
+      if (keys_[s] != detail::none) continue;  // every later key is larger
       for (index_t r = rows_[s]; r < rows_[s + 1]; ++r) {
         const bf16* row = x.row(r);
         bool bad = false;  // branch-free over the row: the all-finite case runs at memory speed
-        for (index_t c = 0; c < x.extent(1); ++c) bad |= nonfinite_detail::bf16_bits_nonfinite(row[c].bits);
+        for (index_t c = 0; c < x.extent(1); ++c) bad |= detail::bf16_bits_nonfinite(row[c].bits);
         if (bad) {
-          keys_[s] = nonfinite_detail::encode(layer, stage, r - rows_[s]);
+          keys_[s] = detail::encode(layer, stage, r - rows_[s]);
           break;
         }
       }
@@ -148,7 +148,7 @@ class nonfinite_watch<host_space> {
   /// causal range [0, first_position + r + 1) of each row (outside it the scores are -inf by
   /// definition).
   void watch_scores(std::size_t segment, host_view<const float, 2> s, index_t first_position) {
-    if (keys_[segment] != nonfinite_detail::none) return;
+    if (keys_[segment] != detail::none) return;
     for (index_t r = 0; r < s.extent(0); ++r) {
       const float* row = s.row(r);
       const index_t end = std::min(first_position + r + 1, s.extent(1));
@@ -159,13 +159,13 @@ class nonfinite_watch<host_space> {
         bad |= (u & 0x7F800000u) == 0x7F800000u;
       }
       if (bad) {
-        keys_[segment] = nonfinite_detail::encode(layer, nonfinite_stage::index_scores, r);
+        keys_[segment] = detail::encode(layer, nonfinite_stage::index_scores, r);
         return;
       }
     }
   }
 
-  /// Each segment's first site's key (relative to its first row), nonfinite_detail::none where
+  /// Each segment's first site's key (relative to its first row), detail::none where
   /// every watched value was finite.
   std::vector<std::uint64_t> first() const { return keys_; }
 
@@ -174,7 +174,7 @@ class nonfinite_watch<host_space> {
   std::vector<std::uint64_t> keys_;
 };
 
-namespace forward_detail {
+namespace detail {
 
 /// The end of forward(): if `logits` (of the token at `position`) are not all finite, records the
 /// logits as the sequence's first non-finite site when it has none, then throws nonfinite_error
@@ -200,6 +200,6 @@ void check_logits(std::span<const float> logits, Seq& seq, index_t position, ind
       site);
 }
 
-}  // namespace forward_detail
+}  // namespace detail
 }  // namespace model
 DSA_NAMESPACE_END

@@ -140,7 +140,7 @@ struct owned_tensor {
   }
 };
 
-namespace random_checkpoint_detail {
+namespace detail {
 
 inline std::uint64_t splitmix64(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -476,9 +476,9 @@ class generator {
 };
 
 /// Writes `text` to dir/name through a fresh temporary file (exclusively created under a random
-/// name, never following a planted link: safetensors_detail::temp_file) renamed into place.
+/// name, never following a planted link: ::dsa::detail::temp_file) renamed into place.
 inline void write_text_file(const std::filesystem::path& dir, const std::string& name, const std::string& text) {
-  safetensors_detail::temp_file tmp(dir / name);
+  ::dsa::detail::temp_file tmp(dir / name);
   tmp.write(text.data(), text.size());
   tmp.commit();
 }
@@ -502,7 +502,7 @@ inline std::uint64_t physical_memory_bytes() {
   return n;
 }
 
-}  // namespace random_checkpoint_detail
+}  // namespace detail
 
 /// Every tensor of a random checkpoint for `cfg` (validated first; throws dsa::error if it is
 /// not a config dsa can run), in the order of the Hugging Face module tree. Deterministic in
@@ -542,7 +542,7 @@ DSA_MODEL_IO random_checkpoint_footprint random_checkpoint_size(
 /// (no limit) when the system does not report its memory. Beyond it a generation would end in
 /// std::bad_alloc or the kernel's OOM killer, after minutes of work, instead of a message.
 inline std::uint64_t random_checkpoint_memory_limit() {
-  const std::uint64_t physical = random_checkpoint_detail::physical_memory_bytes();
+  const std::uint64_t physical = detail::physical_memory_bytes();
   return physical / 4 * 3;
 }
 
@@ -559,7 +559,7 @@ DSA_MODEL_IO void write_random_checkpoint(const std::filesystem::path& dir, cons
 #if DSA_MODEL_IO_DEFINITIONS  // dsa/model/io_linkage.hpp
 DSA_MODEL_IO random_checkpoint_footprint random_checkpoint_size(const config& cfg, const cpu_backend& be,
                                                                 std::uint64_t shard_bytes) {
-  namespace rd = random_checkpoint_detail;
+  namespace rd = detail;
   cfg.validate("model::random_checkpoint");
   random_checkpoint_footprint f;
   rd::byte_count total, peak;  // peak: the largest unit's tensors plus its generation's staging
@@ -612,7 +612,7 @@ DSA_MODEL_IO random_checkpoint_footprint random_checkpoint_size(const config& cf
   return f;
 }
 
-namespace random_checkpoint_detail {
+namespace detail {
 
 /// Refuses a generation whose footprint does not fit in 64 bits or whose memory exceeds
 /// random_checkpoint_memory_limit(), before anything is allocated, naming what it would need.
@@ -633,20 +633,20 @@ inline void check_footprint(std::string_view op, const random_checkpoint_footpri
   }
 }
 
-}  // namespace random_checkpoint_detail
+}  // namespace detail
 
 DSA_MODEL_IO std::vector<owned_tensor> random_checkpoint_tensors(const config& cfg, std::uint64_t seed,
                                                                  const cpu_backend& be) {
   // Every tensor is held at once: sized, and refused if it cannot be, before any is generated.
-  random_checkpoint_detail::check_footprint("model::random_checkpoint_tensors",
+  detail::check_footprint("model::random_checkpoint_tensors",
                                             random_checkpoint_size(cfg, be, UINT64_MAX));
-  return random_checkpoint_detail::generator(cfg, seed, be).run();
+  return detail::generator(cfg, seed, be).run();
 }
 
 DSA_MODEL_IO void write_random_checkpoint(const std::filesystem::path& dir, const config& cfg, std::uint64_t seed,
                                           const cpu_backend& be, std::uint64_t shard_bytes) {
   namespace fs = std::filesystem;
-  namespace rd = random_checkpoint_detail;
+  namespace rd = detail;
   // The sizes first (validating cfg): nothing is created or allocated for a checkpoint that
   // cannot be generated in this machine's memory.
   const random_checkpoint_footprint footprint = random_checkpoint_size(cfg, be, shard_bytes);

@@ -64,7 +64,7 @@ class safetensors_checkpoint {
   /// The shard holding `name`; throws naming the checkpoint and the tensor if there is none.
   const safetensors_file& shard_of(std::string_view name) const {
     auto it = where_.find(name);
-    if (it == where_.end()) safetensors_detail::st_fail(path_, "no tensor " + safetensors_detail::quote_name(name));
+    if (it == where_.end()) ::dsa::detail::st_fail(path_, "no tensor " + ::dsa::detail::quote_name(name));
     return shards_[it->second];
   }
   std::span<const std::byte> bytes(std::string_view name) const { return shard_of(name).bytes(name); }
@@ -91,18 +91,18 @@ DSA_MODEL_IO safetensors_checkpoint safetensors_checkpoint::open(const std::file
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) safetensors_detail::st_fail(path, "no such file or directory");
+  if (ec || !fs::exists(st)) ::dsa::detail::st_fail(path, "no such file or directory");
   if (fs::is_directory(st)) {
     // Files found in the directory must stay in it (a dangling link counts as absent here).
     if (fs::exists(path / index_name, ec)) {
-      safetensors_detail::check_containment(path / index_name, "", path, path / index_name);
+      ::dsa::detail::check_containment(path / index_name, "", path, path / index_name);
       return open_index(path / index_name);
     }
     if (fs::exists(path / single_name, ec)) {
-      safetensors_detail::check_containment(path / single_name, "", path, path / single_name);
+      ::dsa::detail::check_containment(path / single_name, "", path, path / single_name);
       return open_single(path / single_name);
     }
-    safetensors_detail::st_fail(path, "directory has neither " + std::string(index_name) + " nor " +
+    ::dsa::detail::st_fail(path, "directory has neither " + std::string(index_name) + " nor " +
                                           std::string(single_name) +
                                           "; expected a Hugging Face checkpoint directory");
   }
@@ -125,48 +125,48 @@ DSA_MODEL_IO safetensors_checkpoint safetensors_checkpoint::open_index(const std
   safetensors_checkpoint c;
   c.path_ = index;
   std::error_code ec;
-  if (fs::is_directory(index, ec)) safetensors_detail::st_fail(index, "is a directory; expected a JSON index file");
-  if (!fs::exists(index, ec)) safetensors_detail::st_fail(index, "cannot open: no such file");
-  if (!fs::is_regular_file(index, ec)) safetensors_detail::st_fail(index, "is not a regular file; expected a JSON index file");
+  if (fs::is_directory(index, ec)) ::dsa::detail::st_fail(index, "is a directory; expected a JSON index file");
+  if (!fs::exists(index, ec)) ::dsa::detail::st_fail(index, "cannot open: no such file");
+  if (!fs::is_regular_file(index, ec)) ::dsa::detail::st_fail(index, "is not a regular file; expected a JSON index file");
   std::ifstream in(index, std::ios::binary);
-  if (!in) safetensors_detail::st_fail(index, "cannot open: " + std::generic_category().message(errno));
+  if (!in) ::dsa::detail::st_fail(index, "cannot open: " + std::generic_category().message(errno));
   const auto size = fs::file_size(index, ec);
-  if (ec) safetensors_detail::st_fail(index, "cannot stat: " + ec.message());
-  if (size > safetensors_detail::safetensors_max_header) {
-    safetensors_detail::st_fail(index, "index size = " + std::to_string(size) + " bytes; expected at most " +
-                                           std::to_string(safetensors_detail::safetensors_max_header));
+  if (ec) ::dsa::detail::st_fail(index, "cannot stat: " + ec.message());
+  if (size > ::dsa::detail::safetensors_max_header) {
+    ::dsa::detail::st_fail(index, "index size = " + std::to_string(size) + " bytes; expected at most " +
+                                           std::to_string(::dsa::detail::safetensors_max_header));
   }
   std::string text(static_cast<std::size_t>(size), '\0');
   in.read(text.data(), static_cast<std::streamsize>(size));
-  if (static_cast<std::uint64_t>(in.gcount()) != size) safetensors_detail::st_fail(index, "short read");
+  if (static_cast<std::uint64_t>(in.gcount()) != size) ::dsa::detail::st_fail(index, "short read");
   const nlohmann::json j =
-      safetensors_detail::parse_json_object(index, "index", text.data(), text.data() + text.size());
+      ::dsa::detail::parse_json_object(index, "index", text.data(), text.data() + text.size());
 
   if (auto m = j.find("metadata"); m != j.end() && !m->is_null()) {
     if (!m->is_object())
-      safetensors_detail::st_fail(index,
-                                  "metadata = " + safetensors_detail::json_excerpt(*m) + "; expected a JSON object");
+      ::dsa::detail::st_fail(index,
+                                  "metadata = " + ::dsa::detail::json_excerpt(*m) + "; expected a JSON object");
     for (const auto& [k, v] : m->items()) c.metadata_.emplace(k, v.is_string() ? v.get<std::string>() : v.dump());
   }
   const auto wm = j.find("weight_map");
-  if (wm == j.end()) safetensors_detail::st_fail(index, "missing \"weight_map\"");
+  if (wm == j.end()) ::dsa::detail::st_fail(index, "missing \"weight_map\"");
   if (!wm->is_object()) {
-    safetensors_detail::st_fail(
-        index, "weight_map = " + safetensors_detail::json_excerpt(*wm) + "; expected an object of tensor -> shard");
+    ::dsa::detail::st_fail(
+        index, "weight_map = " + ::dsa::detail::json_excerpt(*wm) + "; expected an object of tensor -> shard");
   }
 
   const fs::path dir = index.parent_path();
   std::map<std::string, std::size_t, std::less<>> shard_index;
   for (const auto& [name, shard] : wm->items()) {
-    const std::string where = "weight_map[" + safetensors_detail::quote_name(name) + "] = ";
+    const std::string where = "weight_map[" + ::dsa::detail::quote_name(name) + "] = ";
     if (!shard.is_string())
-      safetensors_detail::st_fail(index, where + safetensors_detail::json_excerpt(shard) + "; expected a file name");
+      ::dsa::detail::st_fail(index, where + ::dsa::detail::json_excerpt(shard) + "; expected a file name");
     const std::string& file = shard.get_ref<const std::string&>();
     // Shards are plain names beside the index: a path could reach outside the checkpoint, and an
     // embedded NUL would name another file once the name reaches the OS.
     if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
         file.find('\\') != std::string::npos || file.find('\0') != std::string::npos) {
-      safetensors_detail::st_fail(index, where + safetensors_detail::quote_name(file) +
+      ::dsa::detail::st_fail(index, where + ::dsa::detail::quote_name(file) +
                                              "; expected a plain file name in the index's directory");
     }
     auto it = shard_index.find(file);
@@ -174,19 +174,19 @@ DSA_MODEL_IO safetensors_checkpoint safetensors_checkpoint::open_index(const std
       const fs::path p = dir / file;
       if (!fs::exists(p, ec)) {
         // The directory, not dir / file: the name is the file's text, quoted (and cut) above.
-        safetensors_detail::st_fail(index, where + safetensors_detail::quote_name(file) +
+        ::dsa::detail::st_fail(index, where + ::dsa::detail::quote_name(file) +
                                                "; expected an existing shard file in " +
                                                detail::quoted_path(dir.empty() ? fs::path(".") : dir) +
                                                (ec ? " (" + ec.message() + ")" : std::string()));
       }
-      safetensors_detail::check_containment(index, where + safetensors_detail::quote_name(file) + ": ", dir, p);
+      ::dsa::detail::check_containment(index, where + ::dsa::detail::quote_name(file) + ": ", dir, p);
       c.shards_.push_back(safetensors_file::open(p));
       it = shard_index.emplace(file, c.shards_.size() - 1).first;
     }
     if (!c.shards_[it->second].contains(name)) {
-      safetensors_detail::st_fail(index, where + safetensors_detail::quote_name(file) +
+      ::dsa::detail::st_fail(index, where + ::dsa::detail::quote_name(file) +
                                              "; but that shard has no tensor " +
-                                             safetensors_detail::quote_name(name));
+                                             ::dsa::detail::quote_name(name));
     }
     c.where_.emplace(name, it->second);
   }

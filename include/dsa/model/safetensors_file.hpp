@@ -73,7 +73,7 @@ struct tensor_info {
   std::string description() const { return std::string(dtype_name(type)) + " " + format_shape(shape); }
 };
 
-namespace safetensors_detail {
+namespace detail {
 
 /// Header lengths beyond this are refused before anything is allocated (the official reader's
 /// limit is 100 MB; real V3.2 shards have headers of a few hundred KB).
@@ -161,13 +161,13 @@ inline std::uint64_t read_le64(const std::byte* p) {
 /// differently) or nesting deeper than json_max_depth is an error, and parsing stays linear.
 inline nlohmann::json parse_json_object(const std::filesystem::path& path, std::string_view what, const char* first,
                                         const char* last) {
-  const detail::json_structure_result structure = detail::json_structure_problem(first, last);
-  using problem = detail::json_structure_result::problem;
+  const ::dsa::detail::json_structure_result structure = ::dsa::detail::json_structure_problem(first, last);
+  using problem = ::dsa::detail::json_structure_result::problem;
   if (structure.found == problem::duplicate_key) {
     st_fail(path, std::string(what) + " has the key " + quote_name(structure.key) + " twice in one object");
   }
   if (structure.found == problem::too_deep) {
-    st_fail(path, std::string(what) + " nests objects and arrays deeper than " + std::to_string(detail::json_max_depth) +
+    st_fail(path, std::string(what) + " nests objects and arrays deeper than " + std::to_string(::dsa::detail::json_max_depth) +
                       " levels; expected at most that");
   }
   nlohmann::json j;
@@ -190,9 +190,8 @@ inline void check_containment(const std::filesystem::path& reported, const std::
   if (!c) st_fail(reported, where + "real path = " + c.value + "; expected " + c.expected);
 }
 
-inline std::string json_excerpt(const nlohmann::json& j) { return detail::json_excerpt(j); }
 
-}  // namespace safetensors_detail
+}  // namespace detail
 
 /// A memory-mapped, validated safetensors file. Move-only; views and spans it hands out stay
 /// valid until the file object (or the object it was moved into) is destroyed.
@@ -229,7 +228,7 @@ class safetensors_file {
   /// The tensor called `name`; throws dsa::error naming the file and the tensor if absent.
   const tensor_info& at(std::string_view name) const {
     if (const tensor_info* t = find(name)) return *t;
-    safetensors_detail::st_fail(path_, "no tensor " + safetensors_detail::quote_name(name));
+    ::dsa::detail::st_fail(path_, "no tensor " + ::dsa::detail::quote_name(name));
   }
 
   /// The raw little-endian bytes of a tensor.
@@ -249,20 +248,20 @@ class safetensors_file {
   template <class T, std::size_t Rank>
   host_view<const T, Rank> view(const tensor_info& t) const {
     constexpr dtype want = dtype_of<T>();
-    const std::string where = "tensor " + safetensors_detail::quote_name(t.name) + ": ";
+    const std::string where = "tensor " + ::dsa::detail::quote_name(t.name) + ": ";
     const std::string requested = "view<" + std::string(dtype_name(want)) + ", " + std::to_string(Rank) + ">";
     if (t.type != want) {
-      safetensors_detail::st_fail(path_, where + "dtype = " + std::string(dtype_name(t.type)) + "; expected " +
+      ::dsa::detail::st_fail(path_, where + "dtype = " + std::string(dtype_name(t.type)) + "; expected " +
                                              std::string(dtype_name(want)) + " (requested " + requested + ")");
     }
     if (t.rank() != Rank) {
-      safetensors_detail::st_fail(path_, where + "shape = " + format_shape(t.shape) + " (rank " +
+      ::dsa::detail::st_fail(path_, where + "shape = " + format_shape(t.shape) + " (rank " +
                                              std::to_string(t.rank()) + "); expected rank " + std::to_string(Rank) +
                                              " (requested " + requested + ")");
     }
     const std::byte* p = map_.data() + data_offset_ + t.begin;
     if (reinterpret_cast<std::uintptr_t>(p) % alignof(T) != 0) {
-      safetensors_detail::st_fail(path_, where + "data at file offset " + std::to_string(data_offset_ + t.begin) +
+      ::dsa::detail::st_fail(path_, where + "data at file offset " + std::to_string(data_offset_ + t.begin) +
                                              " is not aligned to " + std::to_string(alignof(T)) +
                                              " bytes; expected aligned " + std::string(dtype_name(want)) +
                                              " data (copy it out with bytes() instead)");
@@ -271,7 +270,7 @@ class safetensors_file {
       for (std::uint64_t i = 0; i < t.nbytes(); ++i) {
         const auto b = static_cast<unsigned>(p[i]);
         if (b > 1u) {
-          safetensors_detail::st_fail(
+          ::dsa::detail::st_fail(
               path_, where + "element " + std::to_string(i) + " = " + std::to_string(b) + "; expected 0 or 1 (BOOL)");
         }
       }
@@ -285,7 +284,7 @@ class safetensors_file {
  private:
   safetensors_file() = default;
 
-  [[noreturn]] void fail(std::string_view what) const { safetensors_detail::st_fail(path_, what); }
+  [[noreturn]] void fail(std::string_view what) const { ::dsa::detail::st_fail(path_, what); }
 
   void parse_header();
 
@@ -294,7 +293,7 @@ class safetensors_file {
   tensor_info parse_entry(const std::string& name, const nlohmann::json& e, std::uint64_t data_size) const;
 
   std::filesystem::path path_;
-  safetensors_detail::file_mapping map_;
+  ::dsa::detail::file_mapping map_;
   std::uint64_t data_offset_ = 0;
   std::vector<tensor_info> tensors_;
   std::map<std::string, std::string> metadata_;
@@ -304,7 +303,7 @@ class safetensors_file {
 DSA_MODEL_IO safetensors_file safetensors_file::open(const std::filesystem::path& path) {
   safetensors_file f;
   f.path_ = path;
-  f.map_ = safetensors_detail::file_mapping::map(path);
+  f.map_ = ::dsa::detail::file_mapping::map(path);
   f.parse_header();
   return f;
 }
@@ -315,11 +314,11 @@ DSA_MODEL_IO void safetensors_file::parse_header() {
   if (size < 8) {
     fail("file size = " + std::to_string(size) + " bytes; expected at least 8 (the header length)");
   }
-  const std::uint64_t n = safetensors_detail::read_le64(map_.data());
+  const std::uint64_t n = ::dsa::detail::read_le64(map_.data());
   if (n < 2) fail("header length = " + std::to_string(n) + "; expected at least 2 (a JSON object)");
-  if (n > safetensors_detail::safetensors_max_header) {
+  if (n > ::dsa::detail::safetensors_max_header) {
     fail("header length = " + std::to_string(n) + "; expected at most " +
-         std::to_string(safetensors_detail::safetensors_max_header) + " bytes");
+         std::to_string(::dsa::detail::safetensors_max_header) + " bytes");
   }
   if (n > size - 8) {
     fail("header length = " + std::to_string(n) + "; expected at most " + std::to_string(size - 8) + " (file size " +
@@ -328,7 +327,7 @@ DSA_MODEL_IO void safetensors_file::parse_header() {
   data_offset_ = 8 + n;
   const std::uint64_t data_size = size - data_offset_;
   const char* text = reinterpret_cast<const char*>(map_.data() + 8);
-  const nlohmann::json header = safetensors_detail::parse_json_object(path_, "header", text, text + n);
+  const nlohmann::json header = ::dsa::detail::parse_json_object(path_, "header", text, text + n);
 
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
@@ -353,8 +352,8 @@ DSA_MODEL_IO void safetensors_file::parse_header() {
     const tensor_info& a = *by_offset[i - 1];
     const tensor_info& b = *by_offset[i];
     if (b.begin < a.end) {
-      fail("tensor " + safetensors_detail::quote_name(b.name) + ": data_offsets [" + std::to_string(b.begin) + ", " +
-           std::to_string(b.end) + "] overlap tensor " + safetensors_detail::quote_name(a.name) + " [" +
+      fail("tensor " + ::dsa::detail::quote_name(b.name) + ": data_offsets [" + std::to_string(b.begin) + ", " +
+           std::to_string(b.end) + "] overlap tensor " + ::dsa::detail::quote_name(a.name) + " [" +
            std::to_string(a.begin) + ", " + std::to_string(a.end) + "]; expected disjoint byte ranges");
     }
   }
@@ -362,12 +361,12 @@ DSA_MODEL_IO void safetensors_file::parse_header() {
 
 DSA_MODEL_IO void safetensors_file::parse_metadata(const nlohmann::json& m) {
   if (!m.is_object()) {
-    fail(std::string("__metadata__ = ") + safetensors_detail::json_excerpt(m) +
+    fail(std::string("__metadata__ = ") + ::dsa::detail::json_excerpt(m) +
          "; expected a JSON object of string values");
   }
   for (const auto& [k, v] : m.items()) {
     if (!v.is_string()) {
-      fail("__metadata__[" + safetensors_detail::quote_name(k) + "] = " + safetensors_detail::json_excerpt(v) +
+      fail("__metadata__[" + ::dsa::detail::quote_name(k) + "] = " + ::dsa::detail::json_excerpt(v) +
            "; expected a string");
     }
     metadata_.emplace(k, v.get<std::string>());
@@ -376,10 +375,10 @@ DSA_MODEL_IO void safetensors_file::parse_metadata(const nlohmann::json& m) {
 
 DSA_MODEL_IO tensor_info safetensors_file::parse_entry(const std::string& name, const nlohmann::json& e,
                                                        std::uint64_t data_size) const {
-  const std::string where = "tensor " + safetensors_detail::quote_name(name) + ": ";
+  const std::string where = "tensor " + ::dsa::detail::quote_name(name) + ": ";
   if (name.empty()) fail("tensor '': expected a non-empty tensor name");
   if (!e.is_object()) {
-    fail(where + "entry = " + safetensors_detail::json_excerpt(e) +
+    fail(where + "entry = " + ::dsa::detail::json_excerpt(e) +
          "; expected an object with dtype, shape and data_offsets");
   }
   tensor_info t;
@@ -387,10 +386,10 @@ DSA_MODEL_IO tensor_info safetensors_file::parse_entry(const std::string& name, 
 
   const auto dt = e.find("dtype");
   if (dt == e.end()) fail(where + "missing \"dtype\"");
-  if (!dt->is_string()) fail(where + "dtype = " + safetensors_detail::json_excerpt(*dt) + "; expected a string");
+  if (!dt->is_string()) fail(where + "dtype = " + ::dsa::detail::json_excerpt(*dt) + "; expected a string");
   const auto parsed = parse_dtype(dt->get_ref<const std::string&>());
   if (!parsed) {
-    fail(where + "dtype = " + safetensors_detail::json_excerpt(*dt) +
+    fail(where + "dtype = " + ::dsa::detail::json_excerpt(*dt) +
          "; expected one of F8_E4M3, F8_E5M2, BF16, F16, F32, F64, I8, I16, I32, I64, U8, BOOL");
   }
   t.type = *parsed;
@@ -398,11 +397,11 @@ DSA_MODEL_IO tensor_info safetensors_file::parse_entry(const std::string& name, 
   const auto sh = e.find("shape");
   if (sh == e.end()) fail(where + "missing \"shape\"");
   if (!sh->is_array())
-    fail(where + "shape = " + safetensors_detail::json_excerpt(*sh) + "; expected an array of integers");
+    fail(where + "shape = " + ::dsa::detail::json_excerpt(*sh) + "; expected an array of integers");
   for (const auto& d : *sh) {
     if (!d.is_number_unsigned() ||
         d.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<index_t>::max())) {
-      fail(where + "shape = " + safetensors_detail::json_excerpt(*sh) + "; expected non-negative integer extents");
+      fail(where + "shape = " + ::dsa::detail::json_excerpt(*sh) + "; expected non-negative integer extents");
     }
     t.shape.push_back(static_cast<index_t>(d.get<std::uint64_t>()));
   }
@@ -423,7 +422,7 @@ DSA_MODEL_IO tensor_info safetensors_file::parse_entry(const std::string& name, 
   const auto off = e.find("data_offsets");
   if (off == e.end()) fail(where + "missing \"data_offsets\"");
   if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned()) {
-    fail(where + "data_offsets = " + safetensors_detail::json_excerpt(*off) +
+    fail(where + "data_offsets = " + ::dsa::detail::json_excerpt(*off) +
          "; expected [begin, end], non-negative integers");
   }
   t.begin = (*off)[0].get<std::uint64_t>();

@@ -38,7 +38,7 @@
 
 DSA_NAMESPACE_BEGIN
 
-namespace safetensors_detail {
+namespace detail {
 
 inline std::string errno_message(int e) { return std::generic_category().message(e); }
 
@@ -186,7 +186,7 @@ class temp_file {
   int fd_ = -1;
 };
 
-}  // namespace safetensors_detail
+}  // namespace detail
 
 /// One tensor to write: name, dtype, shape and its little-endian bytes (borrowed).
 struct safetensors_entry {
@@ -200,11 +200,11 @@ struct safetensors_entry {
 template <class T, std::size_t Rank>
 safetensors_entry make_safetensors_entry(std::string name, host_view<const T, Rank> v) {
   if (!v.is_contiguous()) {
-    fail("safetensors", "tensor " + safetensors_detail::quote_name(name) + " view strides",
+    fail("safetensors", "tensor " + ::dsa::detail::quote_name(name) + " view strides",
          format_shape(std::span(v.strides())), "a contiguous row-major view");
   }
   if (v.data_handle() == nullptr && v.size() != 0)
-    fail("safetensors", "tensor " + safetensors_detail::quote_name(name) + " data", "null", "a non-null pointer");
+    fail("safetensors", "tensor " + ::dsa::detail::quote_name(name) + " data", "null", "a non-null pointer");
   safetensors_entry e;
   e.name = std::move(name);
   e.type = dtype_of<T>();
@@ -243,28 +243,28 @@ std::vector<const safetensors_entry*> order;
 std::set<std::string_view> names;
 for (const safetensors_entry& e : entries) {
   if (e.name.empty() || e.name == "__metadata__") {
-    safetensors_detail::st_fail(path, "tensor " + safetensors_detail::quote_name(e.name) +
+    ::dsa::detail::st_fail(path, "tensor " + ::dsa::detail::quote_name(e.name) +
                                           ": expected a non-empty name other than __metadata__");
   }
   if (!names.insert(e.name).second)
-    safetensors_detail::st_fail(path, "tensor " + safetensors_detail::quote_name(e.name) + " is given twice");
+    ::dsa::detail::st_fail(path, "tensor " + ::dsa::detail::quote_name(e.name) + " is given twice");
   if (!is_valid_utf8(e.name)) {
-    safetensors_detail::st_fail(path, "tensor " + safetensors_detail::quote_name(e.name) +
+    ::dsa::detail::st_fail(path, "tensor " + ::dsa::detail::quote_name(e.name) +
                                           ": expected a name in valid UTF-8 (a safetensors header is JSON)");
   }
-  const std::string where = "tensor " + safetensors_detail::quote_name(e.name) + ": ";
+  const std::string where = "tensor " + ::dsa::detail::quote_name(e.name) + ": ";
   std::uint64_t nbytes = dtype_size(e.type);
   for (index_t d : e.shape) {
     if (d < 0)
-      safetensors_detail::st_fail(path,
+      ::dsa::detail::st_fail(path,
                                   where + "shape = " + format_shape(e.shape) + "; expected non-negative extents");
     if (__builtin_mul_overflow(nbytes, static_cast<std::uint64_t>(d), &nbytes)) {
-      safetensors_detail::st_fail(
+      ::dsa::detail::st_fail(
           path, where + "shape = " + format_shape(e.shape) + "; expected a byte size that fits in 64 bits");
     }
   }
   if (nbytes != e.data.size()) {
-    safetensors_detail::st_fail(path, where + "data = " + std::to_string(e.data.size()) + " bytes; expected " +
+    ::dsa::detail::st_fail(path, where + "data = " + std::to_string(e.data.size()) + " bytes; expected " +
                                           std::to_string(nbytes) + " bytes (" + std::string(dtype_name(e.type)) +
                                           " " + format_shape(e.shape) + ")");
   }
@@ -285,7 +285,7 @@ for (const safetensors_entry* e : order) {
 }
 for (const auto& [key, value] : metadata) {
   if (!is_valid_utf8(key) || !is_valid_utf8(value)) {
-    safetensors_detail::st_fail(path, "metadata " + safetensors_detail::quote_name(key) +
+    ::dsa::detail::st_fail(path, "metadata " + ::dsa::detail::quote_name(key) +
                                           ": expected a key and value in valid UTF-8 (a safetensors header is JSON)");
   }
 }
@@ -293,10 +293,10 @@ if (!metadata.empty()) header["__metadata__"] = metadata;
 std::string text = header.dump();
 text.append((8 - text.size() % 8) % 8, ' ');
 
-safetensors_detail::check_write_target(path);
+::dsa::detail::check_write_target(path);
 std::array<char, 8> len{};
 for (int i = 0; i < 8; ++i) len[static_cast<std::size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xFFu);
-safetensors_detail::temp_file tmp(path);
+::dsa::detail::temp_file tmp(path);
 tmp.write(len.data(), len.size());
 tmp.write(text.data(), text.size());
 for (const safetensors_entry* e : order) {

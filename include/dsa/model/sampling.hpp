@@ -40,7 +40,7 @@ struct sampling_params {
   float top_p = 1.0f;
 };
 
-namespace sampling_detail {
+namespace detail {
 
 // Token ids are int32 (the index convention of dsa); vocabularies beyond that are refused.
 inline void check_logits(std::string_view op, std::span<const float> logits) {
@@ -64,12 +64,12 @@ inline void check_params(std::string_view op, const sampling_params& p) {
   check(p.top_p > 0.0f && p.top_p <= 1.0f, op, "top_p", p.top_p, "a value in (0, 1]");
 }
 
-}  // namespace sampling_detail
+}  // namespace detail
 
 /// The id of the largest logit; ties go to the smaller id. Throws dsa::error on an empty vector,
 /// a NaN or +inf logit, or all logits -inf.
 inline std::int32_t greedy_token(std::span<const float> logits) {
-  sampling_detail::check_logits("model::greedy_token", logits);
+  detail::check_logits("model::greedy_token", logits);
   std::size_t best = 0;
   for (std::size_t i = 1; i < logits.size(); ++i) {
     if (logits[i] > logits[best]) best = i;  // strict: the first maximum wins
@@ -95,8 +95,8 @@ struct sampling_workspace {
 inline std::size_t top_p_candidates(std::span<const float> logits, const sampling_params& params,
                                     sampling_workspace& ws) {
   constexpr std::string_view op = "model::sample_token";
-  sampling_detail::check_params(op, params);
-  sampling_detail::check_logits(op, logits);
+  detail::check_params(op, params);
+  detail::check_logits(op, logits);
 
   const std::size_t n = logits.size();
   const double t = static_cast<double>(params.temperature);
@@ -166,12 +166,12 @@ class sampler {
  public:
   /// Throws dsa::error unless the parameters are valid (see sampling_params).
   sampler(const sampling_params& params, std::uint64_t seed) : params_(params), engine_(seed) {
-    sampling_detail::check_params("model::sampler", params);
+    detail::check_params("model::sampler", params);
   }
 
   std::int32_t operator()(std::span<const float> logits) {
     // Validate before drawing, so that a rejected call does not advance the stream.
-    sampling_detail::check_logits("model::sample_token", logits);
+    detail::check_logits("model::sample_token", logits);
     return sample_token(logits, params_, uniform_01(engine_()), ws_);
   }
 

@@ -48,6 +48,24 @@ DSA_HOST_DEVICE DSA_FORCEINLINE float fma_if_fast(float a, float b, float c) {
 #endif
 }
 
+// expf / logf that name the same function in host and device code (std::exp(float) is not a
+// device function everywhere).
+DSA_HOST_DEVICE DSA_FORCEINLINE float exp_f32(float x) {
+#if DSA_DEVICE_COMPILE
+  return ::expf(x);  // the accurate expf, not __expf: a routing decision can hinge on one ulp
+#else
+  return std::exp(x);
+#endif
+}
+
+DSA_HOST_DEVICE DSA_FORCEINLINE float log_f32(float x) {
+#if DSA_DEVICE_COMPILE
+  return ::logf(x);
+#else
+  return std::log(x);
+#endif
+}
+
 /// IEEE fp32 square root (correctly rounded also under nvcc -use_fast_math).
 DSA_HOST_DEVICE DSA_FORCEINLINE float sqrt_rn(float a) {
 #if DSA_DEVICE_COMPILE

@@ -36,13 +36,13 @@ inline constexpr float weight_quant_amax_floor = 1e-8f;
 /// weight_quant's block edge.
 inline constexpr index_t weight_quant_block = 128;
 
-namespace fp8_quant_detail {
+namespace detail {
 
 inline constexpr std::uint32_t canonical_nan_bits = 0x7FC00000u;
 
 DSA_HOST_DEVICE DSA_FORCEINLINE bool is_nan_bits(std::uint32_t abs_bits) { return abs_bits > 0x7F800000u; }
 
-}  // namespace fp8_quant_detail
+}  // namespace detail
 
 /// |x| as fp32 bits. For non-negative floats the bit patterns order like the values, with every
 /// NaN above inf, so an unsigned max over these is a NaN-propagating amax.
@@ -69,7 +69,7 @@ DSA_HOST_DEVICE inline float abs_max(const T* x, index_t len) {
 /// The act_quant group scale for a group amax (>= 0 or NaN).
 DSA_HOST_DEVICE inline float act_quant_scale(float amax, scale_format format) {
   const std::uint32_t a = detail::float_bits(amax) & 0x7FFFFFFFu;
-  if (fp8_quant_detail::is_nan_bits(a)) return detail::bits_float(fp8_quant_detail::canonical_nan_bits);
+  if (detail::is_nan_bits(a)) return detail::bits_float(detail::canonical_nan_bits);
   const float m = amax > act_quant_amax_floor ? amax : act_quant_amax_floor;
   const float v = m * (1.0f / e4m3_max);
   if (format == scale_format::fp32) return v;
@@ -79,7 +79,7 @@ DSA_HOST_DEVICE inline float act_quant_scale(float amax, scale_format format) {
 /// The weight_quant block scale (a multiplier: w = q * s) for a block amax (>= 0 or NaN).
 DSA_HOST_DEVICE inline float weight_quant_scale(float amax) {
   const std::uint32_t a = detail::float_bits(amax) & 0x7FFFFFFFu;
-  if (fp8_quant_detail::is_nan_bits(a)) return detail::bits_float(fp8_quant_detail::canonical_nan_bits);
+  if (detail::is_nan_bits(a)) return detail::bits_float(detail::canonical_nan_bits);
   const float m = amax > weight_quant_amax_floor ? amax : weight_quant_amax_floor;
   return detail::div_rn(m, e4m3_max);
 }
@@ -88,7 +88,7 @@ DSA_HOST_DEVICE inline float weight_quant_scale(float amax) {
 /// whatever NaN the hardware's division returns, so both backends agree bit for bit.
 DSA_HOST_DEVICE DSA_FORCEINLINE fp8_e4m3 quantize_e4m3(float x, float s) {
   float v = detail::div_rn(x, s);
-  if (fp8_quant_detail::is_nan_bits(detail::float_bits(v) & 0x7FFFFFFFu)) return fp8_e4m3::from_bits(0x7Fu);
+  if (detail::is_nan_bits(detail::float_bits(v) & 0x7FFFFFFFu)) return fp8_e4m3::from_bits(0x7Fu);
   v = v < -e4m3_max ? -e4m3_max : v;
   v = v > e4m3_max ? e4m3_max : v;
   return fp8_e4m3(v);

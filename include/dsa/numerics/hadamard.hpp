@@ -28,7 +28,7 @@ DSA_NAMESPACE_BEGIN
 /// Largest power-of-two factor of a supported Hadamard size.
 inline constexpr index_t hadamard_max_pow2 = 32768;
 
-namespace hadamard_detail {
+namespace detail {
 
 // Legendre symbol (a / q) for an odd prime q: 0, +1 (non-zero square) or -1.
 DSA_HOST_DEVICE constexpr int quadratic_character(int a, int q) {
@@ -84,7 +84,7 @@ DSA_HOST_DEVICE constexpr int paley19_entry(int i, int j) {
   return quadratic_character((i - 1) - (j - 1), 19);
 }
 
-}  // namespace hadamard_detail
+}  // namespace detail
 
 /// Entry (i, j) (+1 or -1) of the fixed Hadamard matrix H_c used for the c-form sizes;
 /// c = 1 gives [1]. Constructions (identical, entry by entry, to fast-hadamard-transform's):
@@ -99,19 +99,19 @@ DSA_HOST_DEVICE constexpr int hadamard_base_entry(int c, int i, int j) {
     case 1:
       return 1;
     case 12:
-      return hadamard_detail::hadamard12_entry(i, j);
+      return detail::hadamard12_entry(i, j);
     case 20: {
       constexpr std::uint32_t blocks[4] = {0x1Eu /* +---- */, 0x1Eu /* +---- */, 0x0Cu /* ++--+ */,
                                            0x12u /* +-++- */};
-      return hadamard_detail::williamson_entry(5, blocks, i, j);
+      return detail::williamson_entry(5, blocks, i, j);
     }
     case 28: {
       constexpr std::uint32_t blocks[4] = {0x7Eu /* +------ */, 0x3Cu /* ++----+ */, 0x5Au /* +-+--+- */,
                                            0x66u /* +--++-- */};
-      return hadamard_detail::williamson_entry(7, blocks, i, j);
+      return detail::williamson_entry(7, blocks, i, j);
     }
     case 40: {
-      const int p = hadamard_detail::paley19_entry(i % 20, j % 20);
+      const int p = detail::paley19_entry(i % 20, j % 20);
       return (i >= 20 && j >= 20) ? -p : p;
     }
     default:

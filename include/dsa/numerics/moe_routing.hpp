@@ -21,6 +21,7 @@
 #include "dsa/core/config.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/numerics/fp32_ops.hpp"
 
 DSA_NAMESPACE_BEGIN
 
@@ -41,25 +42,18 @@ struct moe_routing_config {
   float routed_scaling_factor = 1.0f; ///< applied after the normalisation
 };
 
-namespace moe_detail {
+namespace detail {
 
-DSA_HOST_DEVICE DSA_FORCEINLINE float exp_f32(float x) {
-#if DSA_DEVICE_COMPILE
-  return ::expf(x);  // the accurate expf, not __expf: a routing decision can hinge on one ulp
-#else
-  return std::exp(x);
-#endif
-}
 
 DSA_HOST_DEVICE DSA_FORCEINLINE bool is_nan(float x) { return x != x; }
 
-}  // namespace moe_detail
+}  // namespace detail
 
 /// The strict total order used for every selection: larger first, NaN after every number,
 /// equal values (including two NaNs, and -0 vs +0) broken toward the smaller index.
 DSA_HOST_DEVICE DSA_FORCEINLINE bool moe_ranks_before(float a, index_t ia, float b, index_t ib) {
-  const bool a_nan = moe_detail::is_nan(a);
-  const bool b_nan = moe_detail::is_nan(b);
+  const bool a_nan = detail::is_nan(a);
+  const bool b_nan = detail::is_nan(b);
   if (a_nan || b_nan) return (a_nan && b_nan) ? ia < ib : b_nan;
   if (a != b) return a > b;
   return ia < ib;
@@ -68,7 +62,7 @@ DSA_HOST_DEVICE DSA_FORCEINLINE bool moe_ranks_before(float a, index_t ia, float
 /// fp32 logistic function. exp(-x) overflows to +inf for x < -88.7 and 1/inf = 0, so the
 /// result is always in [0, 1] (NaN only for a NaN input).
 DSA_HOST_DEVICE DSA_FORCEINLINE float moe_sigmoid(float x) {
-  return detail::div_rn(1.0f, 1.0f + moe_detail::exp_f32(-x));
+  return detail::div_rn(1.0f, 1.0f + detail::exp_f32(-x));
 }
 
 /// Floats of scratch moe_route_token needs: the E scores, then the n_group group scores.
@@ -83,14 +77,14 @@ DSA_HOST_DEVICE inline float moe_softmax_shift(const float* DSA_RESTRICT logits,
   float m = -INFINITY;
   for (index_t e = 0; e < n_experts; ++e) m = logits[e] > m ? logits[e] : m;
   for (index_t e = 0; e < n_experts; ++e) {
-    if (moe_detail::is_nan(logits[e])) m = logits[e];
+    if (detail::is_nan(logits[e])) m = logits[e];
   }
   return m;
 }
 
 /// The unnormalised softmax score exp(x - shift) of one expert (element-wise: any order).
 DSA_HOST_DEVICE DSA_FORCEINLINE float moe_softmax_numerator(float logit, float shift) {
-  return moe_detail::exp_f32(logit - shift);
+  return detail::exp_f32(logit - shift);
 }
 
 /// The softmax denominator: the numerators summed in fp32 in ascending expert order. The order is

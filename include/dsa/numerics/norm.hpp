@@ -42,7 +42,7 @@ DSA_HOST_DEVICE DSA_FORCEINLINE float rms_norm_scale(float x, float inv_rms, flo
 
 // Row sums in double with a fixed order: element k goes to lane k mod 8, each lane in index
 // order, then the lanes pairwise. (The CPU backend's order; it vectorises without reassociation.)
-namespace norm_detail {
+namespace detail {
 
 DSA_HOST_DEVICE DSA_FORCEINLINE double combine_lanes(const double* s) {
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
@@ -60,7 +60,7 @@ DSA_HOST_DEVICE DSA_FORCEINLINE double square_rn(double c) {
 #endif
 }
 
-}  // namespace norm_detail
+}  // namespace detail
 
 /// sum x_k^2 of a row in double (the squares are exact).
 template <class T>
@@ -77,7 +77,7 @@ DSA_HOST_DEVICE inline double norm_sum_squares(const T* x, index_t d) {
     const double v = static_cast<double>(to_float(x[k]));
     s[k & 7] += v * v;
   }
-  return norm_detail::combine_lanes(s);
+  return detail::combine_lanes(s);
 }
 
 /// LayerNorm's row statistics: the fp32 mean and reciprocal standard deviation.
@@ -102,21 +102,21 @@ DSA_HOST_DEVICE inline layer_norm_stats layer_norm_row_stats(const T* x, index_t
     for (index_t l = 0; l < 8; ++l) s[l] += static_cast<double>(to_float(x[k + l]));
   }
   for (; k < d; ++k) s[k & 7] += static_cast<double>(to_float(x[k]));
-  const double sum = norm_detail::combine_lanes(s);
+  const double sum = detail::combine_lanes(s);
   const double mean = sum / static_cast<double>(d);
   double v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   k = 0;
   for (; k + 8 <= d; k += 8) {
     for (index_t l = 0; l < 8; ++l) {
       const double c = static_cast<double>(to_float(x[k + l])) - mean;
-      v[l] += norm_detail::square_rn(c);
+      v[l] += detail::square_rn(c);
     }
   }
   for (; k < d; ++k) {
     const double c = static_cast<double>(to_float(x[k])) - mean;
-    v[k & 7] += norm_detail::square_rn(c);
+    v[k & 7] += detail::square_rn(c);
   }
-  return layer_norm_finish(sum, norm_detail::combine_lanes(v), d, eps);
+  return layer_norm_finish(sum, detail::combine_lanes(v), d, eps);
 }
 
 /// One LayerNorm output element before rounding: fl32(fl32(fl32(fl32(x - mean) * r) * w) + b).

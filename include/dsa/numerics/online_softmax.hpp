@@ -27,23 +27,6 @@ DSA_NAMESPACE_BEGIN
 
 namespace detail {
 
-// expf / logf that name the same function in host and device code (std::exp(float) is not a
-// device function everywhere).
-DSA_HOST_DEVICE DSA_FORCEINLINE float exp_f32(float x) {
-#if DSA_DEVICE_COMPILE
-  return ::expf(x);
-#else
-  return std::exp(x);
-#endif
-}
-
-DSA_HOST_DEVICE DSA_FORCEINLINE float log_f32(float x) {
-#if DSA_DEVICE_COMPILE
-  return ::logf(x);
-#else
-  return std::log(x);
-#endif
-}
 
 DSA_HOST_DEVICE DSA_FORCEINLINE float neg_inf_f32() { return bits_float(0xFF800000u); }
 DSA_HOST_DEVICE DSA_FORCEINLINE float pos_inf_f32() { return bits_float(0x7F800000u); }

@@ -22,9 +22,9 @@ struct swiglu_op {};
 template <backend B>
 void swiglu(const B& be, in_view<B, bf16, 2> gate, in_view<B, bf16, 2> up, out_view<B, bf16, 2> y) {
   constexpr std::string_view op = "swiglu";
-  dense_detail::check_operand(op, "gate", gate);
-  dense_detail::check_operand(op, "up", up);
-  dense_detail::check_operand(op, "y", y);
+  detail::check_operand(op, "gate", gate);
+  detail::check_operand(op, "up", up);
+  detail::check_operand(op, "y", y);
   check_extent(op, "up", up, 0, gate.extent(0), "gate.extent(0)");
   check_extent(op, "up", up, 1, gate.extent(1), "gate.extent(1)");
   check_extent(op, "y", y, 0, gate.extent(0), "gate.extent(0)");

@@ -14,7 +14,7 @@
 #include "dsa/core/types.hpp"
 
 DSA_NAMESPACE_BEGIN
-namespace dense_detail {
+namespace detail {
 
 /// bf16 or float, const or not: the element types the dense ops compute from.
 template <class T>
@@ -33,5 +33,5 @@ inline void check_eps(std::string_view op, float eps) {
   if (!(eps > 0.0f) || !std::isfinite(eps)) fail(op, "eps", eps, "a positive finite number");
 }
 
-}  // namespace dense_detail
+}  // namespace detail
 DSA_NAMESPACE_END

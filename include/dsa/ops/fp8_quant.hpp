@@ -29,7 +29,7 @@ struct act_quant_config {
   index_t group_size = 128;
 };
 
-namespace fp8_quant_detail {
+namespace detail {
 
 template <class T>
 inline constexpr bool is_quant_source_type = std::is_same_v<T, float> || std::is_same_v<T, bf16>;
@@ -47,7 +47,7 @@ void check_matrix(std::string_view op, std::string_view name, const V& v) {
   check_inner_contiguous(op, name, v);
 }
 
-}  // namespace fp8_quant_detail
+}  // namespace detail
 
 /// Quantizes x [rows, cols] to e4m3 codes q [rows, cols] with one fp32 scale per 1 x group_size
 /// group, s [rows, cols / group_size]: x ~ q * s. T is float or bf16. cols must be a multiple of
@@ -58,15 +58,15 @@ template <backend B, class XT>
 void act_quant(const B& be, tensor_view<XT, 2, typename B::memory_space> x, out_view<B, fp8_e4m3, 2> q,
                out_view<B, float, 2> s, act_quant_config cfg = {}) {
   using T = std::remove_const_t<XT>;
-  static_assert(fp8_quant_detail::is_quant_source_type<T>, "dsa::act_quant: T must be float or dsa::bf16");
+  static_assert(detail::is_quant_source_type<T>, "dsa::act_quant: T must be float or dsa::bf16");
   constexpr std::string_view op = "act_quant";
-  fp8_quant_detail::check_matrix(op, "x", x);
-  fp8_quant_detail::check_matrix(op, "q", q);
-  fp8_quant_detail::check_matrix(op, "s", s);
+  detail::check_matrix(op, "x", x);
+  detail::check_matrix(op, "q", q);
+  detail::check_matrix(op, "s", s);
   if (cfg.format != scale_format::ue8m0 && cfg.format != scale_format::fp32) {
     fail(op, "cfg.format", static_cast<int>(cfg.format), "scale_format::ue8m0 or scale_format::fp32");
   }
-  fp8_quant_detail::check_group_size(op, "cfg.group_size", cfg.group_size, x.extent(1));
+  detail::check_group_size(op, "cfg.group_size", cfg.group_size, x.extent(1));
   check_extent(op, "q", q, 0, x.extent(0), "x.extent(0)");
   check_extent(op, "q", q, 1, x.extent(1), "x.extent(1)");
   check_extent(op, "s", s, 0, x.extent(0), "x.extent(0)");
@@ -85,11 +85,11 @@ void act_quant(const B& be, tensor_view<XT, 2, typename B::memory_space> x, out_
 template <backend B, class T>
 void act_dequant(const B& be, in_view<B, fp8_e4m3, 2> q, in_view<B, float, 2> s, out_view<B, T, 2> y,
                  index_t group_size = 128) {
-  static_assert(fp8_quant_detail::is_quant_source_type<T>, "dsa::act_dequant: T must be float or dsa::bf16");
+  static_assert(detail::is_quant_source_type<T>, "dsa::act_dequant: T must be float or dsa::bf16");
   constexpr std::string_view op = "act_dequant";
-  fp8_quant_detail::check_matrix(op, "q", q);
-  fp8_quant_detail::check_matrix(op, "s", s);
-  fp8_quant_detail::check_matrix(op, "y", y);
+  detail::check_matrix(op, "q", q);
+  detail::check_matrix(op, "s", s);
+  detail::check_matrix(op, "y", y);
   if (group_size <= 0) fail(op, "group_size", group_size, "a positive group length");
   if (q.extent(1) % group_size != 0) {
     fail(op, "q.extent(1)", q.extent(1), "a multiple of the group size " + std::to_string(group_size));
@@ -113,11 +113,11 @@ template <backend B, class WT>
 void weight_quant(const B& be, tensor_view<WT, 2, typename B::memory_space> w, out_view<B, fp8_e4m3, 2> q,
                   out_view<B, float, 2> s) {
   using T = std::remove_const_t<WT>;
-  static_assert(fp8_quant_detail::is_quant_source_type<T>, "dsa::weight_quant: T must be float or dsa::bf16");
+  static_assert(detail::is_quant_source_type<T>, "dsa::weight_quant: T must be float or dsa::bf16");
   constexpr std::string_view op = "weight_quant";
-  fp8_quant_detail::check_matrix(op, "w", w);
-  fp8_quant_detail::check_matrix(op, "q", q);
-  fp8_quant_detail::check_matrix(op, "s", s);
+  detail::check_matrix(op, "w", w);
+  detail::check_matrix(op, "q", q);
+  detail::check_matrix(op, "s", s);
   check_extent(op, "q", q, 0, w.extent(0), "w.extent(0)");
   check_extent(op, "q", q, 1, w.extent(1), "w.extent(1)");
   check_extent(op, "s", s, 0, ceil_div(w.extent(0), weight_quant_block), "ceil(w.extent(0) / 128)");
@@ -135,11 +135,11 @@ void weight_quant(const B& be, tensor_view<WT, 2, typename B::memory_space> w, o
 /// ceil(cols / 128)], w [rows, cols] of float or bf16 (the fp32 product rounded once).
 template <backend B, class T>
 void weight_dequant(const B& be, in_view<B, fp8_e4m3, 2> q, in_view<B, float, 2> s, out_view<B, T, 2> w) {
-  static_assert(fp8_quant_detail::is_quant_source_type<T>, "dsa::weight_dequant: T must be float or dsa::bf16");
+  static_assert(detail::is_quant_source_type<T>, "dsa::weight_dequant: T must be float or dsa::bf16");
   constexpr std::string_view op = "weight_dequant";
-  fp8_quant_detail::check_matrix(op, "q", q);
-  fp8_quant_detail::check_matrix(op, "s", s);
-  fp8_quant_detail::check_matrix(op, "w", w);
+  detail::check_matrix(op, "q", q);
+  detail::check_matrix(op, "s", s);
+  detail::check_matrix(op, "w", w);
   check_extent(op, "s", s, 0, ceil_div(q.extent(0), weight_quant_block), "ceil(q.extent(0) / 128)");
   check_extent(op, "s", s, 1, ceil_div(q.extent(1), weight_quant_block), "ceil(q.extent(1) / 128)");
   check_extent(op, "w", w, 0, q.extent(0), "q.extent(0)");

@@ -26,9 +26,9 @@ template <backend B>
 void lightning_indexer_weights(const B& be, in_view<B, float, 2> proj, in_view<B, float, 2> q_scale, out_view<B, float, 2> w,
                      float head_scale, float dim_scale) {
   constexpr std::string_view op = "lightning_indexer_weights";
-  dense_detail::check_operand(op, "proj", proj);
-  dense_detail::check_operand(op, "q_scale", q_scale);
-  dense_detail::check_operand(op, "w", w);
+  detail::check_operand(op, "proj", proj);
+  detail::check_operand(op, "q_scale", q_scale);
+  detail::check_operand(op, "w", w);
   check(std::isfinite(head_scale) && head_scale > 0.0f, op, "head_scale", head_scale, "a finite value > 0");
   check(std::isfinite(dim_scale) && dim_scale > 0.0f, op, "dim_scale", dim_scale, "a finite value > 0");
   check_extent(op, "q_scale", q_scale, 0, proj.extent(0), "proj.extent(0), tokens");

@@ -31,7 +31,7 @@ struct kv_cache_fp8_unpack_op {};
 struct indexer_cache_pack_op {};
 struct indexer_cache_unpack_op {};
 
-namespace kv_cache_detail {
+namespace detail {
 
 // A [rows, row_bytes] byte matrix whose rows do not overlap one another.
 template <class V>
@@ -81,7 +81,7 @@ void check_slots(std::string_view op, const tensor_view<const std::int32_t, 1, S
   }
 }
 
-}  // namespace kv_cache_detail
+}  // namespace detail
 
 /// Packs tokens kv [n, 576] (bf16: 512 latent then 64 RoPE) into FP8 rows of cache [rows, 656]:
 /// the latent quantized to e4m3 in 4 groups of 128 with power-of-two (ue8m0) scales exactly as
@@ -90,9 +90,9 @@ template <backend B>
 void kv_cache_fp8_pack(const B& be, in_view<B, bf16, 2> kv, out_view<B, std::uint8_t, 2> cache,
                        in_view<B, std::int32_t, 1> slots = {}) {
   constexpr std::string_view op = "kv_cache_fp8_pack";
-  kv_cache_detail::check_row_matrix(op, "kv", kv, kv_dim, "512 latent + 64 RoPE values");
-  kv_cache_detail::check_row_matrix(op, "cache", cache, kv_fp8_row_bytes, "bytes per FP8 row");
-  kv_cache_detail::check_slots(op, slots, kv.extent(0), cache.extent(0));
+  detail::check_row_matrix(op, "kv", kv, kv_dim, "512 latent + 64 RoPE values");
+  detail::check_row_matrix(op, "cache", cache, kv_fp8_row_bytes, "bytes per FP8 row");
+  detail::check_slots(op, slots, kv.extent(0), cache.extent(0));
   if (kv.extent(0) == 0) return;
   detail::check_disjoint_rows(op, "cache", cache);
   detail::check_no_overlap(op, "cache", cache, "kv", kv, false);
@@ -106,8 +106,8 @@ void kv_cache_fp8_pack(const B& be, in_view<B, bf16, 2> kv, out_view<B, std::uin
 template <backend B>
 void kv_cache_fp8_unpack(const B& be, in_view<B, std::uint8_t, 2> cache, out_view<B, bf16, 2> kv) {
   constexpr std::string_view op = "kv_cache_fp8_unpack";
-  kv_cache_detail::check_row_matrix(op, "cache", cache, kv_fp8_row_bytes, "bytes per FP8 row");
-  kv_cache_detail::check_row_matrix(op, "kv", kv, kv_dim, "512 latent + 64 RoPE values");
+  detail::check_row_matrix(op, "cache", cache, kv_fp8_row_bytes, "bytes per FP8 row");
+  detail::check_row_matrix(op, "kv", kv, kv_dim, "512 latent + 64 RoPE values");
   check_extent(op, "kv", kv, 0, cache.extent(0), "cache.extent(0)");
   if (kv.extent(0) == 0) return;
   detail::check_disjoint_rows(op, "kv", kv);
@@ -121,12 +121,12 @@ template <backend B>
 void indexer_cache_pack(const B& be, in_view<B, fp8_e4m3, 2> k, in_view<B, float, 1> k_scale,
                         out_view<B, std::uint8_t, 2> cache, in_view<B, std::int32_t, 1> slots = {}) {
   constexpr std::string_view op = "indexer_cache_pack";
-  kv_cache_detail::check_row_matrix(op, "k", k, indexer_cache_dim, "the indexer head dimension");
+  detail::check_row_matrix(op, "k", k, indexer_cache_dim, "the indexer head dimension");
   check_valid(op, "k_scale", k_scale);
   check_extent(op, "k_scale", k_scale, 0, k.extent(0), "one scale per key");
   check_inner_contiguous(op, "k_scale", k_scale);
-  kv_cache_detail::check_row_matrix(op, "cache", cache, indexer_cache_row_bytes, "bytes per indexer row");
-  kv_cache_detail::check_slots(op, slots, k.extent(0), cache.extent(0));
+  detail::check_row_matrix(op, "cache", cache, indexer_cache_row_bytes, "bytes per indexer row");
+  detail::check_slots(op, slots, k.extent(0), cache.extent(0));
   if (k.extent(0) == 0) return;
   detail::check_disjoint_rows(op, "cache", cache);
   detail::check_no_overlap(op, "cache", cache, "k", k, false);
@@ -140,8 +140,8 @@ template <backend B>
 void indexer_cache_unpack(const B& be, in_view<B, std::uint8_t, 2> cache, out_view<B, fp8_e4m3, 2> k,
                           out_view<B, float, 1> k_scale) {
   constexpr std::string_view op = "indexer_cache_unpack";
-  kv_cache_detail::check_row_matrix(op, "cache", cache, indexer_cache_row_bytes, "bytes per indexer row");
-  kv_cache_detail::check_row_matrix(op, "k", k, indexer_cache_dim, "the indexer head dimension");
+  detail::check_row_matrix(op, "cache", cache, indexer_cache_row_bytes, "bytes per indexer row");
+  detail::check_row_matrix(op, "k", k, indexer_cache_dim, "the indexer head dimension");
   check_extent(op, "k", k, 0, cache.extent(0), "cache.extent(0)");
   check_valid(op, "k_scale", k_scale);
   check_extent(op, "k_scale", k_scale, 0, cache.extent(0), "cache.extent(0)");

@@ -26,7 +26,7 @@ DSA_NAMESPACE_BEGIN
 struct fp8_linear_op {};
 struct linear_op {};
 
-namespace dense_detail {
+namespace detail {
 /// fp8_linear's checks of everything but the weight's codes (held as a view, or packed on the
 /// CPU: cpu/packed_fp8_weight.hpp); out = the weight's output features.
 template <class XV, class SV, class YV>
@@ -52,7 +52,7 @@ void check_fp8_linear_operands(std::string_view op, const XV& x, index_t out, co
   detail::check_no_overlap(op, "y", y, "x", x, false);
   detail::check_no_overlap(op, "y", y, "w_scale", w_scale, false);
 }
-}  // namespace dense_detail
+}  // namespace detail
 
 /// y [t, out] = x [t, in] . dequant(w)^T with DeepSeek's FP8 rounding points:
 ///   x (bf16 or float) is quantized per 1 x 128 group with `act_format` scales (ue8m0 = V3.2's
@@ -68,14 +68,14 @@ void check_fp8_linear_operands(std::string_view op, const XV& x, index_t out, co
 template <backend B, class XT, class O>
 void fp8_linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_view<B, fp8_e4m3, 2> w,
                 in_view<B, float, 2> w_scale, out_view<B, O, 2> y, scale_format act_format = scale_format::ue8m0) {
-  static_assert(dense_detail::is_bf16_or_float<XT>, "dsa::fp8_linear: x must hold dsa::bf16 or float");
+  static_assert(detail::is_bf16_or_float<XT>, "dsa::fp8_linear: x must hold dsa::bf16 or float");
   static_assert(std::is_same_v<O, bf16> || std::is_same_v<O, float>, "dsa::fp8_linear: y must hold dsa::bf16 or float");
   using X = std::remove_const_t<XT>;
   using space = typename B::memory_space;
   constexpr std::string_view op = "fp8_linear";
   const tensor_view<const X, 2, space> xc(x.data_handle(), x.extents(), x.strides());
-  dense_detail::check_operand(op, "w", w);
-  dense_detail::check_fp8_linear_operands(op, xc, w.extent(0), w_scale, y, act_format);
+  detail::check_operand(op, "w", w);
+  detail::check_fp8_linear_operands(op, xc, w.extent(0), w_scale, y, act_format);
   check_extent(op, "w", w, 1, xc.extent(1), "x.extent(1), the input features");
   detail::check_no_overlap(op, "y", y, "w", w, false);
   if (y.empty()) return;
@@ -92,8 +92,8 @@ void fp8_linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_
 template <backend B, class XT, class WT, class O>
 void linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, tensor_view<WT, 2, typename B::memory_space> w,
             out_view<B, O, 2> y) {
-  static_assert(dense_detail::is_bf16_or_float<XT>, "dsa::linear: x must hold dsa::bf16 or float");
-  static_assert(dense_detail::is_bf16_or_float<WT>, "dsa::linear: w must hold dsa::bf16 or float");
+  static_assert(detail::is_bf16_or_float<XT>, "dsa::linear: x must hold dsa::bf16 or float");
+  static_assert(detail::is_bf16_or_float<WT>, "dsa::linear: w must hold dsa::bf16 or float");
   static_assert(std::is_same_v<O, bf16> || std::is_same_v<O, float>, "dsa::linear: y must hold dsa::bf16 or float");
   using X = std::remove_const_t<XT>;
   using W = std::remove_const_t<WT>;
@@ -101,9 +101,9 @@ void linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, tensor_
   constexpr std::string_view op = "linear";
   const tensor_view<const X, 2, space> xc(x.data_handle(), x.extents(), x.strides());
   const tensor_view<const W, 2, space> wc(w.data_handle(), w.extents(), w.strides());
-  dense_detail::check_operand(op, "x", xc);
-  dense_detail::check_operand(op, "w", wc);
-  dense_detail::check_operand(op, "y", y);
+  detail::check_operand(op, "x", xc);
+  detail::check_operand(op, "w", wc);
+  detail::check_operand(op, "y", y);
   check_extent(op, "w", wc, 1, xc.extent(1), "x.extent(1), the input features");
   check_extent(op, "y", y, 0, xc.extent(0), "x.extent(0), the tokens");
   check_extent(op, "y", y, 1, wc.extent(0), "w.extent(0), the output features");

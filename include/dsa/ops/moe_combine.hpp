@@ -36,10 +36,10 @@ template <backend B>
 void moe_combine(const B& be, in_view<B, bf16, 2> expert_out, in_view<B, std::int32_t, 2> rows,
                  in_view<B, float, 2> weights, in_view<B, bf16, 2> shared, out_view<B, bf16, 2> y) {
   constexpr std::string_view op = "moe_combine";
-  dense_detail::check_operand(op, "expert_out", expert_out);
-  dense_detail::check_operand(op, "rows", rows);
-  dense_detail::check_operand(op, "weights", weights);
-  dense_detail::check_operand(op, "y", y);
+  detail::check_operand(op, "expert_out", expert_out);
+  detail::check_operand(op, "rows", rows);
+  detail::check_operand(op, "weights", weights);
+  detail::check_operand(op, "y", y);
   const index_t t = y.extent(0);
   const index_t d = y.extent(1);
   const index_t k = rows.extent(1);
@@ -48,7 +48,7 @@ void moe_combine(const B& be, in_view<B, bf16, 2> expert_out, in_view<B, std::in
   check_extent(op, "weights", weights, 1, k, "rows.extent(1), experts per token");
   check_extent(op, "expert_out", expert_out, 1, d, "y.extent(1), features");
   if (!shared.is_absent()) {
-    dense_detail::check_operand(op, "shared", shared);
+    detail::check_operand(op, "shared", shared);
     check_extent(op, "shared", shared, 0, t, "y.extent(0), tokens");
     check_extent(op, "shared", shared, 1, d, "y.extent(1), features");
     detail::check_no_overlap(op, "y", y, "shared", shared, true);

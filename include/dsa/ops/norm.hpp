@@ -20,7 +20,7 @@ struct rms_norm_op {};
 struct add_rms_norm_op {};
 struct layer_norm_op {};
 
-namespace dense_detail {
+namespace detail {
 
 // The checks rms_norm and layer_norm share: x [t, d] with d >= 1, a [d] fp32 vector per
 // parameter, y [t, d] bf16 that is either exactly x (in place) or disjoint from every input.
@@ -42,7 +42,7 @@ void check_norm_param(std::string_view op, std::string_view name, const V& p, in
   check_extent(op, name, p, 0, d, "x.extent(1), the features");
 }
 
-}  // namespace dense_detail
+}  // namespace detail
 
 /// y = bf16(w * x / sqrt(mean(x^2) + eps)) over every row of x [t, d] (bf16 or float), weight
 /// [d] fp32. y may be exactly x's memory (in place, bf16 x) or must be disjoint from the inputs.
@@ -50,13 +50,13 @@ void check_norm_param(std::string_view op, std::string_view name, const V& p, in
 template <backend B, class XT>
 void rms_norm(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_view<B, float, 1> weight,
               out_view<B, bf16, 2> y, float eps = norm_default_eps) {
-  static_assert(dense_detail::is_bf16_or_float<XT>, "dsa::rms_norm: x must hold dsa::bf16 or float");
+  static_assert(detail::is_bf16_or_float<XT>, "dsa::rms_norm: x must hold dsa::bf16 or float");
   using X = std::remove_const_t<XT>;
   using space = typename B::memory_space;
   constexpr std::string_view op = "rms_norm";
   const tensor_view<const X, 2, space> xc(x.data_handle(), x.extents(), x.strides());
-  dense_detail::check_norm_rows(op, xc, y, eps);
-  dense_detail::check_norm_param(op, "weight", weight, xc.extent(1));
+  detail::check_norm_rows(op, xc, y, eps);
+  detail::check_norm_param(op, "weight", weight, xc.extent(1));
   detail::check_no_overlap(op, "y", y, "weight", weight, false);
   if (y.empty()) return;
   dispatch<rms_norm_op>(be, xc, tensor_view<const float, 1, space>(weight), y, eps);
@@ -71,12 +71,12 @@ void add_rms_norm(const B& be, in_view<B, bf16, 2> x, out_view<B, bf16, 2> resid
                   out_view<B, bf16, 2> y, float eps = norm_default_eps) {
   using space = typename B::memory_space;
   constexpr std::string_view op = "add_rms_norm";
-  dense_detail::check_norm_rows(op, x, y, eps);
-  dense_detail::check_operand(op, "residual", residual);
+  detail::check_norm_rows(op, x, y, eps);
+  detail::check_operand(op, "residual", residual);
   check_extent(op, "residual", residual, 0, x.extent(0), "x.extent(0), the rows");
   check_extent(op, "residual", residual, 1, x.extent(1), "x.extent(1), the features");
   detail::check_disjoint_rows(op, "residual", residual);
-  dense_detail::check_norm_param(op, "weight", weight, x.extent(1));
+  detail::check_norm_param(op, "weight", weight, x.extent(1));
   detail::check_no_overlap(op, "residual", residual, "x", x, false);
   detail::check_no_overlap(op, "residual", residual, "y", y, false);
   detail::check_no_overlap(op, "residual", residual, "weight", weight, false);
@@ -91,14 +91,14 @@ void add_rms_norm(const B& be, in_view<B, bf16, 2> x, out_view<B, bf16, 2> resid
 template <backend B, class XT>
 void layer_norm(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_view<B, float, 1> weight,
                 in_view<B, float, 1> bias, out_view<B, bf16, 2> y, float eps = norm_default_eps) {
-  static_assert(dense_detail::is_bf16_or_float<XT>, "dsa::layer_norm: x must hold dsa::bf16 or float");
+  static_assert(detail::is_bf16_or_float<XT>, "dsa::layer_norm: x must hold dsa::bf16 or float");
   using X = std::remove_const_t<XT>;
   using space = typename B::memory_space;
   constexpr std::string_view op = "layer_norm";
   const tensor_view<const X, 2, space> xc(x.data_handle(), x.extents(), x.strides());
-  dense_detail::check_norm_rows(op, xc, y, eps);
-  dense_detail::check_norm_param(op, "weight", weight, xc.extent(1));
-  dense_detail::check_norm_param(op, "bias", bias, xc.extent(1));
+  detail::check_norm_rows(op, xc, y, eps);
+  detail::check_norm_param(op, "weight", weight, xc.extent(1));
+  detail::check_norm_param(op, "bias", bias, xc.extent(1));
   detail::check_no_overlap(op, "y", y, "weight", weight, false);
   detail::check_no_overlap(op, "y", y, "bias", bias, false);
   if (y.empty()) return;

@@ -22,13 +22,13 @@ DSA_NAMESPACE_BEGIN
 
 struct rope_apply_op {};
 
-namespace dense_detail {
+namespace detail {
 
 inline void check_positive_finite(std::string_view op, std::string_view name, float v) {
   if (!(v > 0.0f) || !std::isfinite(v)) fail(op, name, v, "a positive finite number");
 }
 
-}  // namespace dense_detail
+}  // namespace detail
 
 /// Throws dsa::error unless `cfg` describes a usable rotary embedding: dim even and positive,
 /// base > 1, and when YaRN is on (max_position > original_max_position) a positive factor,
@@ -41,9 +41,9 @@ inline void check_rope_config(const rope_config& cfg, std::string_view op = "rop
     if (cfg.original_max_position <= 0) {
       fail(op, "cfg.original_max_position", cfg.original_max_position, "a positive number of positions");
     }
-    dense_detail::check_positive_finite(op, "cfg.factor", cfg.factor);
-    dense_detail::check_positive_finite(op, "cfg.beta_fast", cfg.beta_fast);
-    dense_detail::check_positive_finite(op, "cfg.beta_slow", cfg.beta_slow);
+    detail::check_positive_finite(op, "cfg.factor", cfg.factor);
+    detail::check_positive_finite(op, "cfg.beta_fast", cfg.beta_fast);
+    detail::check_positive_finite(op, "cfg.beta_slow", cfg.beta_slow);
   }
 }
 
@@ -66,8 +66,8 @@ void rope_apply(const B& be, out_view<B, bf16, 3> x, in_view<B, std::int32_t, 1>
   if (layout != rope_layout::interleaved && layout != rope_layout::half) {
     fail(op, "layout", static_cast<int>(layout), "rope_layout::interleaved or rope_layout::half");
   }
-  dense_detail::check_operand(op, "x", x);
-  dense_detail::check_operand(op, "positions", positions);
+  detail::check_operand(op, "x", x);
+  detail::check_operand(op, "positions", positions);
   check_extent(op, "x", x, 2, cfg.dim, "cfg.dim, the rotated width");
   check_extent(op, "positions", positions, 0, x.extent(0), "x.extent(0), one position per token");
   detail::check_disjoint_rows(op, "x", x);

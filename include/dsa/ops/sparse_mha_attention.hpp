@@ -46,7 +46,7 @@ struct sparse_mha_config {
   attention_rounding rounding = attention_rounding::bf16;
 };
 
-namespace sparse_mha_detail {
+namespace detail {
 
 // An input whose outer dimensions may be broadcast (stride 0) but whose rows are unit-stride.
 template <class V>
@@ -55,7 +55,7 @@ void check_input(std::string_view op, std::string_view name, const V& v) {
   check_inner_contiguous(op, name, v);
 }
 
-}  // namespace sparse_mha_detail
+}  // namespace detail
 
 /// See the top of this header. Throws dsa::error on any shape, stride or configuration mismatch
 /// (index values are not errors: out-of-range entries are unused by definition).
@@ -64,13 +64,13 @@ void sparse_mha_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, bf16, 3
                           in_view<B, bf16, 3> v, in_view<B, std::int32_t, 2> indices, out_view<B, bf16, 3> out,
                           const sparse_mha_config& cfg, out_view<B, float, 2> lse = {}) {
   constexpr std::string_view op = "sparse_mha_attention";
-  sparse_mha_detail::check_input(op, "q", q);
-  sparse_mha_detail::check_input(op, "k_nope", k_nope);
+  detail::check_input(op, "q", q);
+  detail::check_input(op, "k_nope", k_nope);
   check_valid(op, "k_rope", k_rope);
   if (k_rope.extent(1) > 1) check_inner_contiguous(op, "k_rope", k_rope);
-  sparse_mha_detail::check_input(op, "v", v);
-  sparse_mha_detail::check_input(op, "indices", indices);
-  dense_detail::check_operand(op, "out", out);
+  detail::check_input(op, "v", v);
+  detail::check_input(op, "indices", indices);
+  detail::check_operand(op, "out", out);
   check(std::isfinite(cfg.softmax_scale) && cfg.softmax_scale > 0.0f, op, "cfg.softmax_scale", cfg.softmax_scale,
         "a finite value > 0");
   check(cfg.rounding == attention_rounding::fp32 || cfg.rounding == attention_rounding::bf16 ||
@@ -101,7 +101,7 @@ void sparse_mha_attention(const B& be, in_view<B, bf16, 3> q, in_view<B, bf16, 3
   detail::check_no_overlap(op, "out", out, "v", v, false);
   detail::check_no_overlap(op, "out", out, "indices", indices, false);
   if (!lse.is_absent()) {
-    dense_detail::check_operand(op, "lse", lse);
+    detail::check_operand(op, "lse", lse);
     check_extent(op, "lse", lse, 0, s, "q.extent(0), tokens");
     check_extent(op, "lse", lse, 1, h, "q.extent(1), heads");
     detail::check_disjoint_rows(op, "lse", lse);

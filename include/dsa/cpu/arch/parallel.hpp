@@ -23,7 +23,7 @@ namespace cpu_detail {
 /// Threads the backend asks for (0 = every hardware thread).
 inline int thread_count(const cpu_backend& be) {
   if (be.num_threads > 0) return be.num_threads;
-  return pool_detail::hardware_threads();  // cached: glibc reads /sys for it
+  return hardware_threads();  // cached: glibc reads /sys for it
 }
 
 /// Calls body(begin, end) over a partition of [0, n) into contiguous chunks, one per thread,
@@ -39,7 +39,7 @@ void parallel_for(const cpu_backend& be, index_t n, index_t grain, Body&& body) 
   // grain 3 into chunks of 2, 2 and 3).
   const index_t max_chunks = std::max<index_t>(n / grain, 1);
   const index_t chunks = std::min<index_t>(thread_count(be), max_chunks);
-  if (chunks <= 1 || pool_detail::in_parallel_region) {
+  if (chunks <= 1 || in_parallel_region) {
     body(index_t{0}, n);
     return;
   }
@@ -51,7 +51,7 @@ void parallel_for(const cpu_backend& be, index_t n, index_t grain, Body&& body) 
     auto& x = *static_cast<context*>(p);
     x.body(x.n * c / x.chunks, x.n * (c + 1) / x.chunks);
   };
-  pool_detail::thread_pool::run(thread_pool_instance(), chunks, run_chunk, &ctx);
+  thread_pool::run(thread_pool_instance(), chunks, run_chunk, &ctx);
 }
 
 /// Calls body(item, scratch) for every item in [0, count), handing items to the backend's

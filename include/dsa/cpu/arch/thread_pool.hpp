@@ -46,7 +46,6 @@
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
-namespace pool_detail {
 
 /// True while this thread runs a parallel_for chunk (always, on a worker): a nested
 /// parallel_for then runs inline.
@@ -322,13 +321,12 @@ class thread_pool {
   bool stopping_ = false;  // set by the destructor: no worker is handed out or parked any more
 };
 
-}  // namespace pool_detail
 
 /// The process-wide pool; null once it is unusable (during static destruction, in a forked
 /// child).
-inline pool_detail::thread_pool* thread_pool_instance() {
-  if (!pool_detail::pool_usable()) return nullptr;
-  static pool_detail::thread_pool pool;
+inline thread_pool* thread_pool_instance() {
+  if (!pool_usable()) return nullptr;
+  static thread_pool pool;
   return &pool;
 }
 

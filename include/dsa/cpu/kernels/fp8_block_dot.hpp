@@ -27,7 +27,6 @@
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
-namespace linear_impl {
 
 // The SIMD vocabulary (arch/vec.hpp) the kernels are written in.
 using simd::lanes;
@@ -192,6 +191,5 @@ DSA_FORCEINLINE void promote(float* DSA_RESTRICT p, const float* DSA_RESTRICT d,
 #endif
 }
 
-}  // namespace linear_impl
 }  // namespace cpu_detail
 DSA_NAMESPACE_END

@@ -17,7 +17,6 @@
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
-namespace linear_impl {
 
 /// Prefill: the pair tile of one block widened into tile[k][NR] of T (once per block, shared by
 /// every row of the chunk).
@@ -105,6 +104,5 @@ template <class T, index_t NR, int MR>
   }
 }
 
-}  // namespace linear_impl
 }  // namespace cpu_detail
 DSA_NAMESPACE_END

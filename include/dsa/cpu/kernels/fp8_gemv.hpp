@@ -24,7 +24,6 @@
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
-namespace linear_impl {
 
 #if DSA_CPU_HAS_AVX512
 /// acc[i] += the products of quad q of a packed block (16 rows x codes 4q..4q+3, at s) with x
@@ -289,6 +288,5 @@ template <class T, index_t NR>
   }
 }
 
-}  // namespace linear_impl
 }  // namespace cpu_detail
 DSA_NAMESPACE_END

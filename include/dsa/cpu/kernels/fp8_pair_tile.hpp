@@ -21,7 +21,6 @@
 
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail {
-namespace linear_impl {
 
 #if DSA_CPU_HAS_AVX512
 // The codes in the high byte of each 16-bit lane (the low byte ignored) as bf16 values times
@@ -324,6 +323,5 @@ DSA_FORCEINLINE void decode_packed_run(const packed_fp8_weight& w, index_t g0, i
 #endif
 }
 
-}  // namespace linear_impl
 }  // namespace cpu_detail
 DSA_NAMESPACE_END

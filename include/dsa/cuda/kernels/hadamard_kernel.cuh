@@ -45,8 +45,6 @@ struct hadamard_params {
 /// The front-end adds it to the rows' dynamic bytes when it checks the device's limit.
 inline constexpr index_t hadamard_static_smem_bytes = static_cast<index_t>(sizeof(hadamard_plan::negative));
 
-namespace hadamard_detail {
-
 /// Values per thread in pass 1 (strides 1 .. 4 in registers).
 inline constexpr int pass1_values = 8;
 /// Values per warp in pass 1 (strides up to 128 by shuffles).
@@ -148,8 +146,6 @@ DSA_DEVICE inline void block_butterflies(float* s, int count, int pow2) {
   }
 }
 
-}  // namespace hadamard_detail
-
 /// y = (x * H_n) * scale, rows_per_block rows at a time per block; dynamic shared memory of
 /// rows_per_block * n floats.
 template <class T, int Threads>
@@ -174,7 +170,7 @@ __global__ void __launch_bounds__(Threads) hadamard_transform_kernel(const hadam
       hadamard_smem[e] = to_float(p.x[(row0 + r) * p.x_row_stride + (e - r * n)]);
     }
     __syncthreads();
-    hadamard_detail::block_butterflies(hadamard_smem, count, pow2);
+    block_butterflies(hadamard_smem, count, pow2);
     if (base == 1) {
       for (int e = static_cast<int>(threadIdx.x); e < count; e += Threads) {
         const int r = e / n;

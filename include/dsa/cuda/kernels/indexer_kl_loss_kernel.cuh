@@ -53,7 +53,6 @@ struct indexer_kl_params {
   float* entry_scratch = nullptr;   // workspace, sparse only: [m, k]
 };
 
-namespace kl_detail {
 
 template <int Threads>
 struct reduce_storage {
@@ -97,14 +96,13 @@ DSA_DEVICE DSA_FORCEINLINE float head_sum(const float* DSA_RESTRICT a, index_t h
   return s;
 }
 
-}  // namespace kl_detail
 
 /// Dense (Sparse = false: keys = ranges) or sparse (keys = top-k entries) loss and gradient, one
 /// block per row; writes p.row_loss[t].
 template <int Threads, bool Sparse>
 __global__ void __launch_bounds__(Threads) indexer_kl_loss_kernel(const indexer_kl_params p) {
   static_assert(Threads % 32 == 0 && Threads <= 1024);
-  __shared__ kl_detail::reduce_storage<Threads> red;
+  __shared__ reduce_storage<Threads> red;
   const index_t tid = threadIdx.x;
   const index_t n = p.n;
 
@@ -152,7 +150,7 @@ __global__ void __launch_bounds__(Threads) indexer_kl_loss_kernel(const indexer_
     for (index_t e = tid; e < count; e += Threads) {
       const index_t j = key_of(e);
       if (j < 0) continue;
-      const float hs = kl_detail::head_sum(attn_row + j, p.attn_stride1, p.heads);
+      const float hs = head_sum(attn_row + j, p.attn_stride1, p.heads);
       if constexpr (Sparse) {
         scratch[e] = hs;
         atomicAdd(gw + j, 1u);
@@ -163,8 +161,8 @@ __global__ void __launch_bounds__(Threads) indexer_kl_loss_kernel(const indexer_
       const float xj = x[j];
       mx = kl_score_max(mx, xj);
     }
-    total = kl_detail::block_sum<Threads>(total, red);
-    mx = kl_detail::block_max<Threads>(mx, red);
+    total = block_sum<Threads>(total, red);
+    mx = block_max<Threads>(mx, red);
 
     // B: the softmax sum.
     double sum_exp = 0.0;
@@ -172,7 +170,7 @@ __global__ void __launch_bounds__(Threads) indexer_kl_loss_kernel(const indexer_
       const index_t j = key_of(e);
       if (j >= 0) sum_exp += kl_softmax_weight(mx, x[j]);
     }
-    sum_exp = kl_detail::block_sum<Threads>(sum_exp, red);
+    sum_exp = block_sum<Threads>(sum_exp, red);
     const kl_softmax_stats st = kl_make_softmax_stats(mx, static_cast<float>(sum_exp));
     const float row_total = static_cast<float>(total);
     const bool has_mass = kl_row_has_mass(row_total);
@@ -194,7 +192,7 @@ __global__ void __launch_bounds__(Threads) indexer_kl_loss_kernel(const indexer_
       }
     }
     // Also orders every read of the counts (C) before the first gradient write (D).
-    loss = kl_detail::block_sum<Threads>(loss, red);
+    loss = block_sum<Threads>(loss, red);
     if (tid == 0) p.row_loss[t] = loss;
 
     // D (sparse): each key's total gradient; entries of one key carry identical bits.
@@ -210,10 +208,10 @@ __global__ void __launch_bounds__(Threads) indexer_kl_loss_kernel(const indexer_
 /// loss = the row losses added by one block (a fixed tree), rounded to fp32; 0 for m = 0.
 template <int Threads>
 __global__ void __launch_bounds__(Threads) kl_loss_total_kernel(const double* row_loss, index_t m, float* loss) {
-  __shared__ kl_detail::reduce_storage<Threads> red;
+  __shared__ reduce_storage<Threads> red;
   double v = 0.0;
   for (index_t t = threadIdx.x; t < m; t += Threads) v += row_loss[t];
-  v = kl_detail::block_sum<Threads>(v, red);
+  v = block_sum<Threads>(v, red);
   if (threadIdx.x == 0) *loss = static_cast<float>(v);
 }
 

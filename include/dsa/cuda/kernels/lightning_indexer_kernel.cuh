@@ -92,7 +92,6 @@ struct indexer_backward_params {
   index_t m = 0, heads = 0, d = 0, n = 0;
 };
 
-namespace indexer_detail {
 
 inline constexpr int threads = 256;
 inline constexpr int tile = 64;        // row-heads and keys per dot tile
@@ -211,16 +210,14 @@ DSA_DEVICE DSA_FORCEINLINE void dot_tile(float (&dots)[4][4], dot_smem& sm, cons
   }
 }
 
-}  // namespace indexer_detail
 
 /// Forward scores; see the file comment. TM query rows per block (1, 4 or 16); Paged reads the
 /// keys from the 132-byte cache rows through each row's block table (then TM = 1).
 // (256, 2): at most 128 registers; without the minimum ptxas capped sm_80's fp8 1- and 4-row
 // instantiations at 64 and spilled.
 template <class T, bool Paged, int TM>
-__global__ void __launch_bounds__(indexer_detail::threads, 2) lightning_indexer_scores_kernel(
+__global__ void __launch_bounds__(threads, 2) lightning_indexer_scores_kernel(
     const indexer_scores_params<T> p) {
-  using namespace indexer_detail;
   static_assert(TM == 1 || TM == 4 || TM == 16);
   static_assert(!Paged || (TM == 1 && std::is_same_v<T, fp8_e4m3>));
   constexpr int HC = tile / TM;                         // heads per dot tile
@@ -355,8 +352,7 @@ __global__ void __launch_bounds__(indexer_detail::threads, 2) lightning_indexer_
 template <int Threads>
 __global__ void __launch_bounds__(Threads) lightning_indexer_grad_q_kernel(
     const indexer_backward_params p) {
-  using namespace indexer_detail;
-  static_assert(Threads == threads, "the tiling assumes indexer_detail::threads threads");
+  static_assert(Threads == threads, "the tiling assumes threads threads");
   __shared__ union {
     dot_smem dot;
     float k[tile][chunk];  // key-major column chunk for the accumulation
@@ -488,8 +484,7 @@ __global__ void __launch_bounds__(Threads) lightning_indexer_grad_q_kernel(
 template <int Threads>
 __global__ void __launch_bounds__(Threads) lightning_indexer_grad_k_kernel(
     const indexer_backward_params p) {
-  using namespace indexer_detail;
-  static_assert(Threads == threads, "the tiling assumes indexer_detail::threads threads");
+  static_assert(Threads == threads, "the tiling assumes threads threads");
   __shared__ union {
     dot_smem dot;
     float q[tile][chunk];  // row-head-major column chunk for the accumulation

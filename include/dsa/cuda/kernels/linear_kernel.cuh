@@ -65,7 +65,6 @@ struct fp8_linear_params {
 /// Threads of fp8_linear_kernel.
 inline constexpr int fp8_linear_threads = 256;
 
-namespace linear_kernel_detail {
 
 // Loads N consecutive e4m3 codes (N = 4 or 16) with one vector load when `vec` (the address is
 // then an N-byte multiple) and byte by byte otherwise.
@@ -108,7 +107,6 @@ DSA_DEVICE DSA_FORCEINLINE float quantize_group(const X* xg, int lane, scale_for
   return s;
 }
 
-}  // namespace linear_kernel_detail
 
 template <class X, class O, int TM, int TN, int RM, int RN>
 __global__ void __launch_bounds__(fp8_linear_threads) fp8_linear_kernel(const fp8_linear_params<X, O> p) {
@@ -152,7 +150,7 @@ __global__ void __launch_bounds__(fp8_linear_threads) fp8_linear_kernel(const fp
           const index_t row = r0 + r;
           if (row < p.t) {
             float q[kb_len / 32];
-            const float s = linear_kernel_detail::quantize_group(p.x + row * p.x_row_stride + kb * kb_len, lane,
+            const float s = quantize_group(p.x + row * p.x_row_stride + kb * kb_len, lane,
                                                                  p.act_format, q);
 #pragma unroll
             for (int i = 0; i < kb_len / 32; ++i) xs[r][lane + 32 * i] = static_cast<double>(q[i]);
@@ -177,7 +175,7 @@ __global__ void __launch_bounds__(fp8_linear_threads) fp8_linear_kernel(const fp
             const index_t c = c0 + col;
             if (c < p.out) {
               std::uint8_t codes[codes_per_thread];
-              linear_kernel_detail::load_codes<codes_per_thread>(p.w + c * p.w_row_stride + kb * kb_len + kc + kk,
+              load_codes<codes_per_thread>(p.w + c * p.w_row_stride + kb * kb_len + kc + kk,
                                                                  p.w_aligned16, codes);
 #pragma unroll
               for (int b = 0; b < codes_per_thread; ++b) {
@@ -273,7 +271,7 @@ __global__ void __launch_bounds__(fp8_gemv_threads) fp8_gemv_kernel(const fp8_li
             wc[half] = *reinterpret_cast<const uint4*>(src);
           } else {
             std::uint8_t codes[16];
-            linear_kernel_detail::load_codes<16>(src, false, codes);
+            load_codes<16>(src, false, codes);
             unsigned words[4] = {0, 0, 0, 0};
 #pragma unroll
             for (int i = 0; i < 16; ++i) words[i / 4] |= static_cast<unsigned>(codes[i]) << (8 * (i % 4));
@@ -286,7 +284,7 @@ __global__ void __launch_bounds__(fp8_gemv_threads) fp8_gemv_kernel(const fp8_li
       for (int g = warp; g < rows * nb; g += warps) {
         const int r = g / nb, b = g % nb;
         float q[kb_len / 32];
-        const float s = linear_kernel_detail::quantize_group(p.x + r * p.x_row_stride + (kb0 + b) * kb_len, lane,
+        const float s = quantize_group(p.x + r * p.x_row_stride + (kb0 + b) * kb_len, lane,
                                                              p.act_format, q);
 #pragma unroll
         for (int i = 0; i < kb_len / 32; ++i) xs[r][fp8_gemv_smem_index(b * kb_len + lane + 32 * i)] = q[i];

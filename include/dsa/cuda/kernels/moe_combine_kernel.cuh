@@ -38,7 +38,6 @@ struct moe_combine_params {
   index_t d = 0;
 };
 
-namespace combine_detail {
 
 /// V bf16 values, loaded and stored as one word of V · 2 bytes (16 for V = 8).
 template <int V>
@@ -46,11 +45,10 @@ struct alignas(2 * V) bf16_vec {
   bf16 v[V];
 };
 
-}  // namespace combine_detail
 
 template <int V, int Threads>
 __global__ void __launch_bounds__(Threads) moe_combine_kernel(const moe_combine_params p) {
-  using vec = combine_detail::bf16_vec<V>;
+  using vec = bf16_vec<V>;
   const index_t groups = p.d / V;  // the op_impl chose V to divide d
   for (index_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
     const std::int32_t* rows = p.rows + t * p.row_stride;

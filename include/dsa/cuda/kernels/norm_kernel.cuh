@@ -42,7 +42,6 @@ struct norm_params {
   float eps = 0.0f;
 };
 
-namespace norm_kernel_detail {
 
 // The shuffle mask of this thread's 8-lane group.
 DSA_DEVICE DSA_FORCEINLINE unsigned group_mask() {
@@ -59,7 +58,6 @@ DSA_DEVICE DSA_FORCEINLINE double combine(double v) {
   return v;
 }
 
-}  // namespace norm_kernel_detail
 
 /// rms_norm: y = bf16(w * (x * r)), r from the sum of squares. y may be x (in place): each
 /// element is read and written by the same thread, reads first.
@@ -79,7 +77,7 @@ __global__ void __launch_bounds__(Threads) rms_norm_kernel(const norm_params<X> 
       const double v = static_cast<double>(to_float(x[k]));
       s += v * v;  // exact square: contraction cannot change the sum
     }
-    const float inv = rms_norm_inv_rms(norm_kernel_detail::combine(s), p.d, p.eps);
+    const float inv = rms_norm_inv_rms(combine(s), p.d, p.eps);
     bf16* y = p.y + r * p.y_row_stride;
     for (index_t k = lane; k < p.d; k += norm_row_lanes) y[k] = bf16(rms_norm_scale(to_float(x[k]), inv, p.weight[k]));
   }
@@ -105,7 +103,7 @@ __global__ void __launch_bounds__(Threads) add_rms_norm_kernel(const norm_params
       const double v = static_cast<double>(x[k].to_float() + res[k].to_float());
       s += v * v;
     }
-    const float inv = rms_norm_inv_rms(norm_kernel_detail::combine(s), p.d, p.eps);
+    const float inv = rms_norm_inv_rms(combine(s), p.d, p.eps);
     bf16* y = p.y + r * p.y_row_stride;
     for (index_t k = lane; k < p.d; k += norm_row_lanes) {
       const float h = x[k].to_float() + res[k].to_float();
@@ -116,7 +114,7 @@ __global__ void __launch_bounds__(Threads) add_rms_norm_kernel(const norm_params
 }
 
 /// layer_norm: the double sum, then the double sum of squared deviations from the double mean
-/// (norm_detail::square_rn, never fused), layer_norm_finish, and every element through
+/// (detail::square_rn, never fused), layer_norm_finish, and every element through
 /// layer_norm_scale.
 template <class X, int Threads>
 __global__ void __launch_bounds__(Threads) layer_norm_kernel(const norm_params<X> p) {
@@ -131,14 +129,14 @@ __global__ void __launch_bounds__(Threads) layer_norm_kernel(const norm_params<X
     double s = 0.0;
 #pragma unroll 4
     for (index_t k = lane; k < p.d; k += norm_row_lanes) s += static_cast<double>(to_float(x[k]));
-    const double sum = norm_kernel_detail::combine(s);
+    const double sum = combine(s);
     const double mean = sum / static_cast<double>(p.d);
     double v = 0.0;
 #pragma unroll 4
     for (index_t k = lane; k < p.d; k += norm_row_lanes) {
-      v += norm_detail::square_rn(static_cast<double>(to_float(x[k])) - mean);
+      v += detail::square_rn(static_cast<double>(to_float(x[k])) - mean);
     }
-    const layer_norm_stats st = layer_norm_finish(sum, norm_kernel_detail::combine(v), p.d, p.eps);
+    const layer_norm_stats st = layer_norm_finish(sum, combine(v), p.d, p.eps);
     bf16* y = p.y + r * p.y_row_stride;
     for (index_t k = lane; k < p.d; k += norm_row_lanes) {
       y[k] = bf16(layer_norm_scale(to_float(x[k]), st, p.weight[k], p.bias[k]));

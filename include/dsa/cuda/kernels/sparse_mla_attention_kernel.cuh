@@ -104,7 +104,6 @@ DSA_HOST_DEVICE DSA_FORCEINLINE index_t sparse_mla_smem_bytes(index_t d_qk) {
          static_cast<index_t>(sizeof(float));
 }
 
-namespace sparse_mla_detail {
 
 // Queries of heads [g0, g0 + 16) of token t into qs [16, d] (fp32), zeros past the last head.
 template <class O>
@@ -198,7 +197,6 @@ DSA_DEVICE DSA_FORCEINLINE bool load_tile_rows(const sparse_mla_params<O>& p, in
   return used;
 }
 
-}  // namespace sparse_mla_detail
 
 /// Attention over one split of the entries of (token, 16-head group) work items (grid-stride);
 /// 256 threads, sparse_mla_smem_bytes(d_qk) of dynamic shared memory; d_v <= 512.
@@ -234,7 +232,7 @@ __global__ void __launch_bounds__(sparse_mla_threads, sparse_mla_min_blocks)
     const sparse_mla_split_range range = sparse_mla_split(p.k, p.num_splits, split, T);
 
     __syncthreads();  // the previous item's readers of final_max / final_sum are done
-    sparse_mla_detail::load_queries(p, t, g0, qs);
+    load_queries(p, t, g0, qs);
     // Softmax roles: warp w keeps the state of heads 2w and 2w + 1 (identical in every lane).
     online_softmax_state st[2];
     float acc[4][C];
@@ -246,11 +244,11 @@ __global__ void __launch_bounds__(sparse_mla_threads, sparse_mla_min_blocks)
     for (index_t e0 = range.begin; e0 < range.end; e0 += T) {
       __syncthreads();  // the previous tile's readers of rows, ks and sl are done
       bool used = false;
-      if (tid < T) used = sparse_mla_detail::load_tile_rows(p, t, e0, range.end, rows);
+      if (tid < T) used = load_tile_rows(p, t, e0, range.end, rows);
       if (__syncthreads_or(used) == 0) continue;  // block-uniform: a tile of unused entries adds nothing
-      sparse_mla_detail::load_rows<Fp8>(p, rows, ks);
+      load_rows<Fp8>(p, rows, ks);
       __syncthreads();  // ks (and, on the first tile, qs) complete
-      sparse_mla_detail::tile_logits(qs, ks, d, rows, p.scale, sl);
+      tile_logits(qs, ks, d, rows, p.scale, sl);
       __syncthreads();  // sl complete
 
 #pragma unroll
@@ -380,14 +378,14 @@ __global__ void __launch_bounds__(sparse_mla_threads) sparse_mla_probs_kernel(co
     const index_t t = item / tiles;
     const index_t e0 = item % tiles * T;
     __syncthreads();  // the previous item's readers of rows and ks are done
-    if (tid < T) sparse_mla_detail::load_tile_rows(p, t, e0, p.k, rows);
+    if (tid < T) load_tile_rows(p, t, e0, p.k, rows);
     __syncthreads();
-    sparse_mla_detail::load_rows<Fp8>(p, rows, ks);
+    load_rows<Fp8>(p, rows, ks);
     float total = 0.0f;  // thread j < 32: entry e0 + j
     for (index_t g0 = 0; g0 < p.h; g0 += H) {
-      sparse_mla_detail::load_queries(p, t, g0, qs);
+      load_queries(p, t, g0, qs);
       __syncthreads();  // qs (and ks) complete; the previous group's readers of sl are done
-      sparse_mla_detail::tile_logits(qs, ks, d, rows, p.scale, sl);
+      tile_logits(qs, ks, d, rows, p.scale, sl);
       __syncthreads();  // sl complete; every reader of qs is done
       if (tid < T) {
         float part = 0.0f;

@@ -52,7 +52,6 @@ struct topk_params {
   index_t block_size = 1;
 };
 
-namespace topk_detail {
 
 /// Adds one to hist[bucket] for every lane whose bucket is < 256, one atomic per distinct bucket
 /// of the warp. Every lane of the warp must call it.
@@ -75,7 +74,6 @@ DSA_DEVICE DSA_FORCEINLINE std::int32_t output_position(const topk_params& p, in
   return slot <= 0x7FFFFFFF ? static_cast<std::int32_t>(slot) : -1;
 }
 
-}  // namespace topk_detail
 
 // (Threads, 1): without a minimum-blocks bound ptxas aimed for full occupancy at 32 registers and
 // spilled to local memory around the block scan.
@@ -108,7 +106,7 @@ __global__ void __launch_bounds__(Threads, 1) topk_kernel(const topk_params p) {
       for (index_t j0 = 0; j0 < len; j0 += Threads) {
         const index_t j = j0 + tid;
         const std::uint32_t bucket = j < len ? topk_radix_digit(topk_radix_key(x[j]), 0) : 0xFFFFFFFFu;
-        topk_detail::warp_histogram_add(hist, bucket);
+        warp_histogram_add(hist, bucket);
       }
       __syncthreads();
       if (tid == 0) {
@@ -129,7 +127,7 @@ __global__ void __launch_bounds__(Threads, 1) topk_kernel(const topk_params p) {
             const std::uint32_t key = topk_radix_key(x[j]);
             if ((key >> shift) == prefix) bucket = topk_radix_digit(key, pass);
           }
-          topk_detail::warp_histogram_add(hist, bucket);
+          warp_histogram_add(hist, bucket);
         }
         __syncthreads();
         if (tid == 0) {
@@ -163,7 +161,7 @@ __global__ void __launch_bounds__(Threads, 1) topk_kernel(const topk_params p) {
       const std::uint32_t ties_before = before >> 16;
       const bool take = gt || (tie && ties_before < ties_left);
       const index_t pos = written + (before & 0xFFFFu) + (ties_before < ties_left ? ties_before : ties_left);
-      if (take && pos < p.k) out[pos] = topk_detail::output_position(p, t, start + j);
+      if (take && pos < p.k) out[pos] = output_position(p, t, start + j);
       const std::uint32_t total_ties = total >> 16;
       written += (total & 0xFFFFu) + (total_ties < ties_left ? total_ties : ties_left);
       ties_seen += total_ties;

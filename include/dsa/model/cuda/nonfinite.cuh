@@ -23,7 +23,7 @@
 
 DSA_NAMESPACE_BEGIN
 namespace model {
-namespace nonfinite_detail {
+namespace detail {
 
 /// Grid-stride over x [rows, cols] (row stride `ld` elements): the key of every non-finite
 /// element, `base` = encode(layer, stage, 0) plus its row within its segment, is folded into its
@@ -52,7 +52,7 @@ __global__ void watch_kernel(const T* x, index_t rows, index_t cols, index_t ld,
   }
 }
 
-}  // namespace nonfinite_detail
+}  // namespace detail
 
 /// The watch of one round on the device (the host one's interface): each point is one kernel on
 /// the stream, folding into one word per segment; first() reads the words back.
@@ -68,7 +68,7 @@ class nonfinite_watch<device_space> {
     words_ = device_buffer<unsigned long long>(static_cast<index_t>(n), stream_);
     segment_of_ = device_buffer<std::int32_t>(static_cast<index_t>(segment_of.size()), stream_);
     first_row_ = device_buffer<index_t>(static_cast<index_t>(rows.size()), stream_);
-    DSA_CUDA_CHECK(cudaMemsetAsync(words_.data(), 0xFF, words_.size_bytes(), stream_));  // nonfinite_detail::none
+    DSA_CUDA_CHECK(cudaMemsetAsync(words_.data(), 0xFF, words_.size_bytes(), stream_));  // detail::none
     copy_to_device(segment_of_, std::span<const std::int32_t>(segment_of), stream_);
     copy_to_device(first_row_, rows, stream_);
     DSA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host arrays are about to go
@@ -89,7 +89,7 @@ class nonfinite_watch<device_space> {
            words_.data() + static_cast<std::ptrdiff_t>(segment));
   }
 
-  /// Each segment's first site's key, nonfinite_detail::none where every watched value was
+  /// Each segment's first site's key, detail::none where every watched value was
   /// finite. Synchronises the stream.
   std::vector<std::uint64_t> first() const {
     std::vector<unsigned long long> keys(static_cast<std::size_t>(words_.size()));
@@ -104,9 +104,9 @@ class nonfinite_watch<device_space> {
               const index_t* first_row, unsigned long long* words) {
     if (x.size() == 0) return;
     constexpr int threads = 256;
-    nonfinite_detail::watch_kernel<T><<<cuda_detail::grid_blocks(x.size(), threads * 8), threads, 0, stream_>>>(
+    detail::watch_kernel<T><<<cuda_detail::grid_blocks(x.size(), threads * 8), threads, 0, stream_>>>(
         x.data_handle(), x.extent(0), x.extent(1), x.stride(0), causal_start,
-        nonfinite_detail::encode(layer, stage, 0), segment_of, first_row, words);
+        detail::encode(layer, stage, 0), segment_of, first_row, words);
     DSA_CUDA_CHECK(cudaGetLastError());
   }
 

@@ -39,7 +39,7 @@ namespace model {
 /// attn_norm output; qr [T, q_lora_rank] the q_norm output; positions [T] each row's position):
 /// appends every segment's keys to its cache, then per segment scores its rows over its cache
 /// and writes each row's selected positions, ascending and -1 padded, to its row of topk [T, *],
-/// columns [0, min(index_topk, segment end)) (forward_detail::selection_width: the same positions
+/// columns [0, min(index_topk, segment end)) (detail::selection_width: the same positions
 /// as index_topk would select).
 template <class B, class Cache>
 void indexer_forward(const layer_context<B>& ctx, const basic_indexer_weights<typename B::memory_space>& w,
@@ -115,7 +115,7 @@ void indexer_forward(const layer_context<B>& ctx, const basic_indexer_weights<ty
     }
     if (ctx.watch) ctx.watch->watch_scores(s, std::as_const(scores).view({seg.t, end}), seg.start);
     layer_timer<B> timing(ctx, phase::topk);
-    const index_t k_seg = forward_detail::selection_width(c.index_topk, end);
+    const index_t k_seg = detail::selection_width(c.index_topk, end);
     topk_indices(ctx.be, std::as_const(scores).view({seg.t, end}), rv, k_seg,
                  out_view<B, std::int32_t, 2>(topk.data_handle() + seg.row * topk.stride(0), {seg.t, k_seg},
                                               {topk.stride(0), 1}));

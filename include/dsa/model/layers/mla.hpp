@@ -152,7 +152,7 @@ void mla_forward(const layer_context<B>& ctx, const basic_attention_weights<type
   // The selection of a segment's rows: its own width min(index_topk, end) of topk's columns.
   const auto selection = [&](const batch_segment<Cache>& seg) {
     return in_view<B, std::int32_t, 2>(topk.data_handle() + seg.row * topk.stride(0),
-                                       {seg.t, forward_detail::selection_width(c.index_topk, seg.end())},
+                                       {seg.t, detail::selection_width(c.index_topk, seg.end())},
                                        {topk.stride(0), 1});
   };
   std::vector<const batch_segment<Cache>*> decode;
