@@ -34,15 +34,25 @@ enum class cuda_linear_path : unsigned char {
   simt,    ///< dsa's SIMT kernel for every call; `blas` is not used
 };
 
+/// Which kernels run the ops that have two: the exact SIMT kernels, bit-identical to the CPU
+/// backend (the validation reference), or the fast tensor-core ones, checked against them with
+/// the anchors' tolerances (docs/cuda.md, "Exact and fast kernels"). An op without a fast kernel,
+/// or on a GPU its fast kernel does not support, runs its exact one.
+enum class cuda_kernel_path : unsigned char {
+  fast,   ///< tensor cores where the op has a fast kernel and the GPU supports it (the default)
+  exact,  ///< the exact kernels everywhere
+};
+
 /// The CUDA backend: a stream on the current device, the cuBLAS handle of the ops that call
-/// cuBLAS (null: those ops throw dsa::error; the others never need one) and the kernels of
-/// dsa::linear.
+/// cuBLAS (null: those ops throw dsa::error; the others never need one), the kernels of
+/// dsa::linear and the exact-or-fast choice of the ops that have both.
 struct cuda_backend {
   using memory_space = device_space;
   static constexpr const char* name = "cuda";
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   cuda_linear_path linear = cuda_linear_path::cublas;
+  cuda_kernel_path kernels = cuda_kernel_path::fast;
 };
 
 static_assert(backend<cuda_backend>);
