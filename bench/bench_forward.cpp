@@ -14,6 +14,11 @@
 //   BM_forward_tiny_decode           the golden tiny model's sizes (tiny_config: hidden 256,
 //                                    3 layers): a few microseconds of arithmetic per op, so this
 //                                    measures the per-call overheads (allocations, thread wake-ups)
+//   BM_forward_*batch_decode/batch:B B sequences decoded together, one batched forward call per
+//                                    step (issue 38): aggregate and per-sequence tokens/s, the
+//                                    weights one step reads per second (the routed experts the
+//                                    B tokens meet, E (1 - (1 - k/E)^B) per layer); on the golden
+//                                    tiny model's sizes and at V3.2's layer geometry
 //   BM_forward_v32_*                 DeepSeek-V3.2's layer geometry, when DSA_BENCH_V32_DIR names
 //                                    a checkpoint written by dsa_make_tiny_model with the command
 //                                    of docs/performance.md (2 layers, 32 experts, 5.96 GB): prefill
@@ -28,11 +33,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -219,6 +226,69 @@ BENCHMARK(BM_forward_decode_dense_baseline)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
+// One decode step of B sequences in one call, after a batched prefill of `context` tokens each
+// (distinct prompts); tokens/s of the whole batch from the median step.
+void batch_decode(benchmark::State& state, const fs::path& dir, index_t context) {
+  using model_t = dsa::model::transformer<dsa::cpu_backend>;
+  auto m = model_t::load(dir, backend(state.range(1)));
+  const index_t batch = state.range(0), vocab = m.config().vocab_size;
+  const auto steps = static_cast<index_t>(state.max_iterations);
+  std::vector<model_t::sequence_type> seqs;
+  std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(batch));
+  std::vector<model_t::batch_entry> entries(static_cast<std::size_t>(batch));
+  for (index_t b = 0; b < batch; ++b) {
+    seqs.push_back(m.new_sequence(context + steps + 1));
+    ids[static_cast<std::size_t>(b)] = prompt(context, vocab);
+    for (auto& id : ids[static_cast<std::size_t>(b)]) id = static_cast<std::int32_t>((id + 31 * b) % vocab);
+  }
+  for (index_t b = 0; b < batch; ++b) entries[static_cast<std::size_t>(b)] = {&seqs[static_cast<std::size_t>(b)], ids[static_cast<std::size_t>(b)]};
+  dsa::model::forward_options chunked;
+  chunked.max_chunk = 128;
+  auto logits = m.forward(std::span<const model_t::batch_entry>(entries), chunked);
+  m.reset_phase_times();
+  std::vector<double> times;
+  for (auto _ : state) {
+    for (index_t b = 0; b < batch; ++b) {
+      auto& next = ids[static_cast<std::size_t>(b)];
+      next.assign(1, dsa::model::greedy_token(logits[static_cast<std::size_t>(b)]));
+      entries[static_cast<std::size_t>(b)] = {&seqs[static_cast<std::size_t>(b)], next};
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    logits = m.forward(std::span<const model_t::batch_entry>(entries));
+    benchmark::DoNotOptimize(logits.data());
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    state.SetIterationTime(times.back());
+  }
+  const auto& c = m.config();
+  const double experts = static_cast<double>(c.n_routed_experts), k = static_cast<double>(c.num_experts_per_tok);
+  const double met = experts > 0 ? experts * (1.0 - std::pow(1.0 - k / experts, static_cast<double>(batch))) : 0.0;
+  // decode_weight_bytes counts k experts per MoE layer; a step of B tokens reads `met` of them.
+  double bytes = decode_weight_bytes(m.weights());
+  for (const auto& l : m.weights().layers) {
+    if (l.moe && !l.moe->experts.empty()) {
+      const auto& e = l.moe->experts[0];
+      auto lin = [](const dsa::model::linear_weight& w) {
+        return w.fp8() ? static_cast<double>(w.q.size()) + 4.0 * static_cast<double>(w.scale.size())
+                       : 2.0 * static_cast<double>(w.w.size());
+      };
+      bytes += (met - k) * (lin(e.gate_proj) + lin(e.up_proj) + lin(e.down_proj));
+    }
+  }
+  state.counters["tokens/s"] = static_cast<double>(batch) / median(times);
+  state.counters["tokens/s/seq"] = 1.0 / median(times);
+  state.counters["weights_GB/s"] = bytes / median(times) * 1e-9;
+  phase_counters(state, m.phase_times());
+}
+
+// Args: batch B, fp32.
+void BM_forward_tiny_batch_decode(benchmark::State& state) { batch_decode(state, model_files().tiny_dir, 16); }
+BENCHMARK(BM_forward_tiny_batch_decode)
+    ->ArgNames({"batch", "fp32"})
+    ->ArgsProduct({{1, 2, 4, 8, 16, 32}, {0, 1}})
+    ->Iterations(16)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
 // The golden tiny model's sizes, 64 decode steps after a 16-token prompt (the issue's tiny-model
 // comparison): per-call overheads dominate at this width.
 void BM_forward_tiny_decode(benchmark::State& state) {
@@ -266,6 +336,21 @@ void BM_forward_v32_decode(benchmark::State& state) {
   }
   decode(state, v32_dir(), state.range(2) != 0);
 }
+void BM_forward_v32_batch_decode(benchmark::State& state) {
+  if (v32_dir() == nullptr) {
+    state.SkipWithError("DSA_BENCH_V32_DIR is not set (a checkpoint written with the command of docs/performance.md)");
+    return;
+  }
+  batch_decode(state, v32_dir(), 128);
+}
+// Args: batch B, fp32. A 128-token context per sequence (the batch's prefill is B x 128 tokens).
+BENCHMARK(BM_forward_v32_batch_decode)
+    ->ArgNames({"batch", "fp32"})
+    ->ArgsProduct({{1, 2, 4, 8, 16, 32}, {1}})
+    ->Iterations(4)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
 // Args: context, fp32, packed (cpu_backend::pack_fp8_weights).
 BENCHMARK(BM_forward_v32_decode)
     ->ArgNames({"context", "fp32", "packed"})

@@ -332,6 +332,20 @@ void prefill_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_fp8_linear)->Name("BM_fp8_linear_prefill")->Apply(prefill_args);
 
+// A batched decode step (issue 38): t = 8 ... 32 rows, one per sequence, through the model's
+// shapes with the weights read from memory, as a step of B sequences reads them; packed, both
+// block dots, two threads. of_peak16 is the target's measure at t = 32.
+void batch_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"t", "threads", "shape", "fp32", "dram", "packed"});
+  for (int s = 0; s < 4; ++s) {
+    for (int mode : {0, 1}) {
+      for (index_t t : {8, 16, 32}) b->Args({t, 2, s, mode, 1, 1});
+    }
+  }
+  b->UseRealTime()->MinTime(0.3)->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_fp8_linear)->Name("BM_fp8_linear_batch")->Apply(batch_args);
+
 // The parts of the fp32-mode GEMV apart, on 16 rows x 7168 codes held in L2 (GB/s counts the
 // codes): the rate its arithmetic allows, the ceiling of its stream from DRAM. Args: part, t.
 // From checkpoint rows (t = 1): 0 the decode of the codes into pair tiles (decode_pair_tile),
@@ -445,12 +459,12 @@ BENCHMARK(BM_eigen_sgemm_baseline)
 
 // ---- bf16 linear ----------------------------------------------------------------------------------
 
-// lm_head-like: 7168 -> 32768 bf16 (470 MB), two copies (from DRAM) for t = 1, 4; the expert
-// shape (cached) for prefill. fp32 logits out, as the model's lm_head.
+// lm_head-like: 7168 -> 32768 bf16 (470 MB), two copies (from DRAM) for decode and batched
+// decode (t <= 32); the expert shape (cached) for prefill. fp32 logits out, as the model's lm_head.
 void BM_linear_bf16(benchmark::State& state) {
   const index_t t = state.range(0);
   const dsa::cpu_backend be{static_cast<int>(state.range(1))};
-  const bool decode = t <= 4;
+  const bool decode = t <= 32;
   const index_t in = 7168, out = decode ? 32768 : 2048, copies = decode ? 2 : 1;
   static std::vector<bf16> big, small;
   std::vector<bf16>& w = decode ? big : small;
@@ -478,7 +492,7 @@ void BM_linear_bf16(benchmark::State& state) {
 }
 BENCHMARK(BM_linear_bf16)
     ->ArgNames({"t", "threads"})
-    ->Args({1, 1})->Args({1, 2})->Args({4, 2})->Args({256, 2})
+    ->Args({1, 1})->Args({1, 2})->Args({4, 2})->Args({8, 2})->Args({16, 2})->Args({32, 2})->Args({256, 2})
     ->UseRealTime()->MinTime(0.3)->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -18,7 +18,11 @@ What is measured, per thread count T and context L:
              L .. L+N). One process per (T, L).
   llama.cpp  by default llama-batched-bench -npp L -ntg N -npl 1 -c L+N -t T -fa 0|1: the same
              sequence in one process (prefill of L tokens from an empty cache, then N decode
-             steps), both timed; one process per (T, L, -fa). With --llama-tool llama-bench:
+             steps), both timed; one process per (T, L, -fa).
+  --parallel "1 4 8 16"  B sequences at once, each with its own prompt of L tokens: dsa_run
+             --batch B (one batched forward call per step) against llama-batched-bench -npl B
+             -c B(L+N) (unshared prompts); tokens/s are the whole batch's, prefill B L tokens,
+             decode B N. With --llama-tool llama-bench:
              llama-bench -p L -n 0 (prefill) and llama-bench -p 0 -n N -d L (decode after an
              untimed depth-L prefill), -fa 0,1, -t T, -r REPS, -o json: twice the prefills.
 The table shows the best of the REPS repetitions of each engine (the JSON keeps every sample).
@@ -141,22 +145,27 @@ def parse_dsa_stage(text: str, stage: str) -> dict | None:
     return None
 
 
-def run_dsa(args, cfg: dict, threads: int, ctx: int, logdir: Path) -> dict:
+def run_dsa(args, cfg: dict, threads: int, ctx: int, parallel: int, logdir: Path) -> dict:
     vocab = int(cfg["vocab_size"])
     prompt = prompt_args(ctx, vocab, seed=ctx, logdir=logdir)
+    # --batch B: the prompt for the first sequence, pseudo-random ones of the same length for the
+    # others (dsa_run's own), so no two sequences share a prefix, as with llama-batched-bench.
     cmd = [args.dsa_run, "--model", str(args.model), *prompt,
            "--max-new-tokens", str(args.n_gen + 1), "--threads", str(threads), "--fp8-dot", args.dsa_fp8_dot, "--quiet"]
+    if parallel > 1:
+        cmd += ["--batch", str(parallel)]
     shown = " ".join(cmd[:3]) + f" {prompt[0]} '<{ctx} ids in [0, {vocab})>' " + " ".join(cmd[5:])
+    tag = f"t{threads}_ctx{ctx}" + (f"_b{parallel}" if parallel > 1 else "")
     reps = []
     for rep in range(args.reps):
         quiet = wait_quiet(args)
-        log(f"dsa: T={threads} ctx={ctx} rep {rep + 1}/{args.reps}")
+        log(f"dsa: T={threads} ctx={ctx} batch={parallel} rep {rep + 1}/{args.reps}")
         t0 = time.time()
         try:
             p = run_cmd(args, cmd)
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {args.timeout} s", "command": shown}
-        (logdir / f"dsa_t{threads}_ctx{ctx}_r{rep}.log").write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
+        (logdir / f"dsa_{tag}_r{rep}.log").write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
         if p.returncode != 0:
             return {"error": f"exit {p.returncode}: {p.stderr.strip()[-500:]}", "command": shown}
         pre, dec = parse_dsa_stage(p.stdout, "prefill"), parse_dsa_stage(p.stdout, "decode")
@@ -227,9 +236,11 @@ def parse_batched_bench(text: str) -> list[dict]:
     return rows
 
 
-def run_batched_bench(args, threads: int, ctx: int, logdir: Path) -> dict:
-    """llama-batched-bench -npp L -ntg N -npl 1: one prefill of L tokens from an empty cache, then
-    N decode steps after it, both timed: the sequence dsa_run runs. One process per -fa value."""
+def run_batched_bench(args, threads: int, ctx: int, parallel: int, logdir: Path) -> dict:
+    """llama-batched-bench -npp L -ntg N -npl B: B prefills of L tokens from an empty cache, then
+    N decode steps of the B sequences together, both timed: the sequence dsa_run runs (with
+    --batch B). The prompts are not shared (no -pps), so the cache holds B (L + N) rows.
+    One process per -fa value."""
     out: dict = {"tool": "llama-batched-bench"}
     runs = []
     for fa in args.flash_attn.split(","):
@@ -239,12 +250,12 @@ def run_batched_bench(args, threads: int, ctx: int, logdir: Path) -> dict:
         # row before the process exits (seen in about one run out of three on a busy machine, and in
         # nearly every run under SCHED_FIFO; llama.cpp issue 22142); the row of the measured test then comes
         # out while the second one runs.
-        cmd = [args.llama_batched_bench, "-m", str(args.gguf), "-c", str(ctx + args.n_gen), "-npp", f"{ctx},16",
-               "-ntg", str(args.n_gen), "-npl", "1", "-t", str(threads), "-fa", fa]
+        cmd = [args.llama_batched_bench, "-m", str(args.gguf), "-c", str(parallel * (ctx + args.n_gen)),
+               "-npp", f"{ctx},16", "-ntg", str(args.n_gen), "-npl", str(parallel), "-t", str(threads), "-fa", fa]
         k = fa_key(fa)
         for rep in range(args.reps):
             quiet = wait_quiet(args)
-            log(f"llama.cpp: T={threads} ctx={ctx} fa={fa} rep {rep + 1}/{args.reps}: " + " ".join(cmd[1:]))
+            log(f"llama.cpp: T={threads} ctx={ctx} batch={parallel} fa={fa} rep {rep + 1}/{args.reps}: " + " ".join(cmd[1:]))
             t0 = time.time()
             run = {"command": " ".join(cmd), "flash_attn": k, **quiet}
             runs.append(run)
@@ -253,8 +264,10 @@ def run_batched_bench(args, threads: int, ctx: int, logdir: Path) -> dict:
             except subprocess.TimeoutExpired:
                 run["error"] = f"timed out after {args.timeout} s"
                 break
-            (logdir / f"llama_t{threads}_ctx{ctx}_{k}_r{rep}.log").write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
-            rows = [r for r in parse_batched_bench(p.stdout + "\n" + p.stderr) if r.get("pp") == ctx]
+            tag = f"t{threads}_ctx{ctx}" + (f"_b{parallel}" if parallel > 1 else "")
+            (logdir / f"llama_{tag}_{k}_r{rep}.log").write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
+            rows = [r for r in parse_batched_bench(p.stdout + "\n" + p.stderr)
+                    if r.get("pp") == ctx and r.get("pl", r.get("n_pl", parallel)) == parallel]
             run.update({"wall_s": round(time.time() - t0, 2), "loadavg_after": loadavg()})
             if p.returncode != 0 or not rows:
                 run["error"] = f"exit {p.returncode}, {len(rows)} result lines: {p.stderr.strip()[-800:]}"
@@ -277,9 +290,9 @@ def run_batched_bench(args, threads: int, ctx: int, logdir: Path) -> dict:
     return out
 
 
-def run_llama(args, threads: int, ctx: int, logdir: Path) -> dict:
+def run_llama(args, threads: int, ctx: int, parallel: int, logdir: Path) -> dict:
     if args.llama_tool == "llama-batched-bench":
-        return run_batched_bench(args, threads, ctx, logdir)
+        return run_batched_bench(args, threads, ctx, parallel, logdir)
     return run_llama_bench_pair(args, threads, ctx, logdir)
 
 
@@ -328,30 +341,32 @@ def ratio(a, b) -> str:
 
 
 def table(results: dict) -> str:
-    hdr = ("| threads | context | dsa prefill | llama.cpp prefill fa=0 | fa=1 | dsa / best "
-           "| dsa decode | llama.cpp decode fa=0 | fa=1 | dsa / best |")
     st = results["settings"]
+    batched = any(e.get("parallel", 1) != 1 for e in results["entries"])
+    hdr = ("| threads | context " + ("| batch " if batched else "") + "| dsa prefill | llama.cpp prefill fa=0 "
+           "| fa=1 | dsa / best | dsa decode | llama.cpp decode fa=0 | fa=1 | dsa / best |")
     lines = ["tokens/s (prefill: the whole prompt from an empty cache; decode: "
              f"{st['n_gen']} steps after a context of that length; best of {st.get('reps', 1)}; "
-             f"dsa --fp8-dot {st.get('dsa_fp8_dot', 'exact')})", "", hdr,
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             f"dsa --fp8-dot {st.get('dsa_fp8_dot', 'exact')}"
+             + ("; batch B: B sequences at once, the whole batch's tokens/s" if batched else "") + ")", "", hdr,
+             "|---:|---:|" + ("---:|" if batched else "") + "---:|---:|---:|---:|---:|---:|---:|---:|"]
     for e in results["entries"]:
         d, l0, l1 = e.get("dsa", {}), e.get("llama", {}).get("fa0", {}), e.get("llama", {}).get("fa1", {})
-        cells = [str(e["threads"]), str(e["context"])]
+        cells = [str(e["threads"]), str(e["context"])] + ([str(e.get("parallel", 1))] if batched else [])
         for ph in ("prefill", "decode"):
             dv = d.get(ph + "_tokens_per_s")
             a, b = l0.get(ph + "_tokens_per_s"), l1.get(ph + "_tokens_per_s")
             best = max([x for x in (a, b) if x] or [0]) or None
             cells += [fmt(dv) if "error" not in d else "error", fmt(a), fmt(b), ratio(dv, best)]
         lines.append("| " + " | ".join(cells) + " |")
-    errs = [(e["threads"], e["context"], who, msg)
+    errs = [(e["threads"], e["context"], e.get("parallel", 1), who, msg)
             for e in results["entries"]
             for who, msg in (("dsa", e.get("dsa", {}).get("error")),
                              ("llama.cpp prefill", e.get("llama", {}).get("prefill_run", {}).get("error")),
                              ("llama.cpp decode", e.get("llama", {}).get("decode_run", {}).get("error")))
             if msg]
-    for t, c, who, msg in errs:
-        lines.append(f"error: T={t} ctx={c} {who}: {msg}")
+    for t, c, b, who, msg in errs:
+        lines.append(f"error: T={t} ctx={c} batch={b} {who}: {msg}")
     return "\n".join(lines)
 
 
@@ -365,14 +380,17 @@ def plot(results: dict, path: Path) -> None:
         return
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     threads = sorted({e["threads"] for e in results["entries"]})
+    # Against the batch size when it varies (--parallel), else against the context.
+    by_batch = len({e.get("parallel", 1) for e in results["entries"]}) > 1
+    xkey = (lambda e: e.get("parallel", 1)) if by_batch else (lambda e: e["context"])
     styles = {"dsa": ("tab:blue", "o", "-"), "fa0": ("tab:orange", "s", "--"), "fa1": ("tab:green", "^", "--")}
     for ax, ph in zip(axes, ("prefill", "decode")):
         for t in threads:
-            es = sorted((e for e in results["entries"] if e["threads"] == t), key=lambda e: e["context"])
+            es = sorted((e for e in results["entries"] if e["threads"] == t), key=xkey)
             series = {
-                "dsa": [(e["context"], e.get("dsa", {}).get(ph + "_tokens_per_s")) for e in es],
-                "fa0": [(e["context"], e.get("llama", {}).get("fa0", {}).get(ph + "_tokens_per_s")) for e in es],
-                "fa1": [(e["context"], e.get("llama", {}).get("fa1", {}).get(ph + "_tokens_per_s")) for e in es],
+                "dsa": [(xkey(e), e.get("dsa", {}).get(ph + "_tokens_per_s")) for e in es],
+                "fa0": [(xkey(e), e.get("llama", {}).get("fa0", {}).get(ph + "_tokens_per_s")) for e in es],
+                "fa1": [(xkey(e), e.get("llama", {}).get("fa1", {}).get(ph + "_tokens_per_s")) for e in es],
             }
             names = {"dsa": "dsa", "fa0": "llama.cpp, no flash attn", "fa1": "llama.cpp, flash attn"}
             for k, pts in series.items():
@@ -385,9 +403,15 @@ def plot(results: dict, path: Path) -> None:
                         alpha=1.0 if t == threads[-1] else 0.5, label=lab)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("context (tokens)")
-        ax.set_ylabel("tokens/s")
-        ax.set_title(f"{ph} ({'whole prompt' if ph == 'prefill' else 'after a context of that length'})")
+        if by_batch:
+            ctxs = sorted({e["context"] for e in results["entries"]})
+            ax.set_xlabel("batch (sequences decoded together)")
+            ax.set_ylabel("tokens/s, whole batch")
+            ax.set_title(f"{ph} ({'all prompts' if ph == 'prefill' else 'after'} {'/'.join(map(str, ctxs))} tokens each)")
+        else:
+            ax.set_xlabel("context (tokens)")
+            ax.set_ylabel("tokens/s")
+            ax.set_title(f"{ph} ({'whole prompt' if ph == 'prefill' else 'after a context of that length'})")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     s = results["settings"]
@@ -419,6 +443,8 @@ def main() -> None:
     ap.add_argument("--gguf", type=Path, help="the same checkpoint converted by convert_hf_to_gguf.py")
     ap.add_argument("--contexts", default="1024,8192,32768")
     ap.add_argument("--threads", default=str(os.cpu_count() or 1))
+    ap.add_argument("--parallel", default="1",
+                    help="batch sizes B: B sequences at once (dsa_run --batch B, llama-batched-bench -npl B)")
     ap.add_argument("--n-gen", type=int, default=32, help="decode steps timed per context (default 32)")
     ap.add_argument("--reps", type=int, default=1, help="repetitions; the table shows the best of them")
     ap.add_argument("--nice", type=int, default=None,
@@ -449,6 +475,11 @@ def main() -> None:
     cfg = json.loads((args.model / "config.json").read_text())
     contexts = [int(c) for c in re.split(r"[ ,]+", args.contexts.strip()) if c]
     threads = [int(t) for t in re.split(r"[ ,]+", args.threads.strip()) if t]
+    parallel = [int(b) for b in re.split(r"[ ,]+", args.parallel.strip()) if b]
+    if any(b < 1 for b in parallel):
+        ap.error(f"--parallel {args.parallel!r}: batch sizes are >= 1")
+    if args.llama_tool == "llama-bench" and parallel != [1]:
+        ap.error("--parallel needs --llama-tool llama-batched-bench (llama-bench runs one sequence)")
     too_long = [c for c in contexts if c + args.n_gen + 1 > int(cfg["max_position_embeddings"])]
     if too_long:
         sys.exit(f"contexts {too_long} + {args.n_gen + 1} exceed max_position_embeddings = "
@@ -457,7 +488,7 @@ def main() -> None:
     logdir.mkdir(parents=True, exist_ok=True)
 
     settings = {"model": str(args.model), "model_name": args.model.name, "gguf": str(args.gguf),
-                "contexts": contexts, "threads": threads, "n_gen": args.n_gen, "reps": args.reps,
+                "contexts": contexts, "threads": threads, "parallel": parallel, "n_gen": args.n_gen, "reps": args.reps,
                 "flash_attn": args.flash_attn, "warmup_max_ctx": args.warmup_max_ctx, "nice": args.nice,
                 "max_busy": args.max_busy, "max_wait": args.max_wait,
                 "dsa_run": args.dsa_run, "dsa_fp8_dot": args.dsa_fp8_dot, "llama_tool": args.llama_tool,
@@ -483,23 +514,22 @@ def main() -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1) + "\n")
 
-    for t in threads:
-        for c in contexts:
-            entry = {"threads": t, "context": c}
-            results["entries"].append(entry)
-            entry["dsa"] = run_dsa(args, cfg, t, c, logdir)
-            save()
-            entry["llama"] = run_llama(args, t, c, logdir)
-            if "info" in entry["llama"]:
-                info = entry["llama"].pop("info")
-                if "llama_info" not in settings:
-                    settings["llama_info"] = info
-                    if "llama_cpp_version" not in settings and info.get("build_commit"):
-                        settings["llama_cpp_version"] = f"commit {info['build_commit']}"
-            else:
-                entry["llama"].pop("info", None)
-            save()
-            print(table(results).splitlines()[-1], file=sys.stderr, flush=True)
+    for t, c, b in ((t, c, b) for t in threads for c in contexts for b in parallel):
+        entry = {"threads": t, "context": c, "parallel": b}
+        results["entries"].append(entry)
+        entry["dsa"] = run_dsa(args, cfg, t, c, b, logdir)
+        save()
+        entry["llama"] = run_llama(args, t, c, b, logdir)
+        if "info" in entry["llama"]:
+            info = entry["llama"].pop("info")
+            if "llama_info" not in settings:
+                settings["llama_info"] = info
+                if "llama_cpp_version" not in settings and info.get("build_commit"):
+                    settings["llama_cpp_version"] = f"commit {info['build_commit']}"
+        else:
+            entry["llama"].pop("info", None)
+        save()
+        print(table(results).splitlines()[-1], file=sys.stderr, flush=True)
     settings["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     settings["loadavg_end"] = loadavg()
     save()

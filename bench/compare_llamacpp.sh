@@ -2,6 +2,7 @@
 # dsa vs llama.cpp on the same DeepSeek-V3.2 checkpoint, in one run (issue #13, item 4).
 #
 #   bench/compare_llamacpp.sh [--contexts "1024 8192 32768"] [--threads "2"] [--n-gen 32]
+#                             [--parallel "1 4 8 16"]
 #                             [--reps 1] [--model DIR] [--outtype q8_0|bf16|f16|f32]
 #                             [--llama-cpp-python-version X.Y.Z] [--dsa-ref REF | --dsa-run PATH]
 #                             [--dsa-fp8-dot exact|fp32]
@@ -34,7 +35,9 @@
 #      context and thread count, llama.cpp with and without flash attention. dsa_run and
 #      llama-batched-bench (-npp L -ntg N -npl 1) run the same sequence: a prefill of L tokens,
 #      then N decode steps; --llama-tool llama-bench uses llama-bench -p L / -n N -d L instead
-#      (its -d prefill is untimed but costs as much again). It prints one table
+#      (its -d prefill is untimed but costs as much again). --parallel "1 4 8 16" runs B
+#      sequences at once for each B, each with its own prompt of L tokens: dsa_run --batch B
+#      against llama-batched-bench -npl B (aggregate tokens/s of both). It prints one table
 #      and writes $OUT/results.json and $OUT/compare_llamacpp.png (--publish also copies them
 #      to docs/img/compare_llamacpp.{json,png}). Before each timed process it waits up to
 #      --max-wait s (300) until at most --max-busy (0.3) of the CPUs are busy; --nice N runs
@@ -70,6 +73,7 @@ MAX_BUSY=""
 MAX_WAIT=""
 LLAMA_TOOL="llama-batched-bench"
 DSA_FP8_DOT="exact"
+PARALLEL="1"
 PUBLISH=0
 REPORT_ONLY=0
 
@@ -79,6 +83,7 @@ while [[ $# -gt 0 ]]; do
     --contexts) CONTEXTS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
     --n-gen) N_GEN="$2"; shift 2 ;;
+    --parallel) PARALLEL="$2"; shift 2 ;;
     --reps) REPS="$2"; shift 2 ;;
     --model) MODEL="$(cd "$2" && pwd)"; shift 2 ;;
     --outtype) OUTTYPE="$2"; shift 2 ;;
@@ -255,7 +260,7 @@ fi
 echo "$GGUF ($(du -h "$GGUF" | cut -f1))" >&2
 
 # --- 7. timing ---------------------------------------------------------------------------------
-say "7/7 timing: contexts {$CONTEXTS}, threads {$THREADS}, $N_GEN decode steps, $REPS rep(s); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+say "7/7 timing: contexts {$CONTEXTS}, threads {$THREADS}, batches {$PARALLEL}, $N_GEN decode steps, $REPS rep(s); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 extra=()
 [[ -n "$TIMEOUT" ]] && extra+=(--timeout "$TIMEOUT")
 [[ -n "$NICE_RUN" ]] && extra+=(--nice "$NICE_RUN")
@@ -264,7 +269,7 @@ extra=()
 "$VPY" "$ROOT/bench/compare_llamacpp.py" \
   --dsa-run "$DSA_RUN" --dsa-fp8-dot "$DSA_FP8_DOT" --llama-bench "$LLAMA_BENCH" --llama-batched-bench "$LLAMA_BATCHED_BENCH" \
   --llama-tool "$LLAMA_TOOL" --model "$MODEL" --gguf "$GGUF" \
-  --contexts "$CONTEXTS" --threads "$THREADS" --n-gen "$N_GEN" --reps "$REPS" "${extra[@]}" \
+  --contexts "$CONTEXTS" --threads "$THREADS" --parallel "$PARALLEL" --n-gen "$N_GEN" --reps "$REPS" "${extra[@]}" \
   --meta "llama_cpp_python_version=$LCP_VER" --meta "llama_cpp_version=${LLAMA_COMMIT:-commit unknown}" \
   --meta "gguf_type=$OUTTYPE" \
   --meta "dsa_version=$DSA_DESC" \
