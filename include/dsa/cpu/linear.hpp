@@ -14,8 +14,10 @@
 // (thread-local scratch); over the block, output groups of 4 split over the threads, each group's
 // 4 weight rows streamed once per block (bf16 widened in registers, nothing converted in memory)
 // against the block's rows 4 at a time: 4 x 4 lane accumulators. Decode (t <= 4: lm_head, the
-// MoE gate, the absorbed MLA projections) is one block, one pass over the weight; a prefill block
-// re-reads its group's weights from L1/L2, not from memory.
+// MoE gate, the absorbed MLA projections) keeps them in registers over the whole k range, one
+// pass over the weight; a block of more rows (a batched decode, a prefill) walks k in chunks
+// (linear_k_chunk), so that a chunk of the group's weight rows stays in L1 while every 4 rows
+// of the block use it, the accumulators held in memory between chunks.
 #pragma once
 
 #include <algorithm>
@@ -47,26 +49,27 @@ using simd::reduce_lanes;
 /// two threads (512 B-2 KB within the noise of each other; 4 KB no better than none).
 inline constexpr std::uintptr_t gemv_row_prefetch = 1024;
 
-/// Rows per block: their fp32 copy (linear_row_block x in floats, 917 KB at in = 7168) stays
-/// in L2 while every output group streams over it.
+/// Rows per block: their fp32 copy (linear_row_block x in floats, 917 KB at in = 7168) is
+/// converted once and read by every output group.
 inline constexpr index_t linear_row_block = 32;
 
-/// One output group (outputs n0 .. n0 + nn - 1, nn <= 4, weight rows wr) over TR <= 4 rows of the
-/// fp32 block xf (row stride `in`): 4 x 4 lane accumulators over k, the lanes reduced in a fixed
-/// tree and the k tail added in order; results to y rows yrow0 ...
-template <int TR, class W, class O>
-DSA_FORCEINLINE void linear_tile(const float* xf, index_t in, const W* const* wr, index_t nn, index_t n0,
-                                 const tensor_view<O, 2>& y, index_t yrow0) {
+/// The k-chunk of a block of more than 4 rows: each output group's 4 weight rows are read over
+/// one chunk (8 KB of bf16) by every 4 rows of the block in turn, from L1, while the block's rows
+/// come from L2 one chunk (128 KB) at a time. Without chunks each 4-row tile streamed its
+/// group's whole weight rows (57 KB at in = 7168, more than L1) and its rows (112 KB): both from
+/// L2, and the block's 917 KB crowded the weights out of it, 22% of the FMA peak at 32 rows.
+/// The chunks change where the sums pause, not their order: lane accumulators carry over.
+inline constexpr index_t linear_k_chunk = 1024;
+
+/// TR <= 4 rows of the fp32 block xf (row stride `in`) against one output group's G = 4 weight
+/// rows wr, over k in [k0, k1) (multiples of the lane count): acc[i][j] += lanes of x_i * w_j,
+/// in ascending k.
+template <int TR, class W>
+DSA_FORCEINLINE void linear_lanes(const float* xf, index_t in, const W* const* wr, index_t k0, index_t k1,
+                                  vfloat (&acc)[4][4]) {
   constexpr index_t L = lanes<float>;
   constexpr index_t G = 4;
-  const index_t inv = in / L * L;
-  vfloat acc[TR][G];
-#pragma GCC unroll 4
-  for (int i = 0; i < TR; ++i) {
-#pragma GCC unroll 4
-    for (index_t j = 0; j < G; ++j) acc[i][j] = vfloat{};
-  }
-  for (index_t k = 0; k < inv; k += L) {
+  for (index_t k = k0; k < k1; k += L) {
     vfloat wv[G];
 #pragma GCC unroll 4
     for (index_t j = 0; j < G; ++j) {
@@ -77,16 +80,87 @@ DSA_FORCEINLINE void linear_tile(const float* xf, index_t in, const W* const* wr
     }
 #pragma GCC unroll 4
     for (int i = 0; i < TR; ++i) {
-      const vfloat xk = load_vec(xf + i * in + k);
+      const vfloat xk = simd::in_register(load_vec(xf + i * in + k));
 #pragma GCC unroll 4
       for (index_t j = 0; j < G; ++j) simd::fma_lanes(acc[i][j], xk, wv[j]);
     }
   }
+}
+
+/// The outputs n0 .. n0 + nn - 1 of TR rows from their lane accumulators: the lanes reduced in a
+/// fixed tree, the k tail (in % L values) added in order, one rounding to O; to y rows yrow0 ...
+template <int TR, class W, class O>
+DSA_FORCEINLINE void linear_store(const float* xf, index_t in, const W* const* wr, index_t nn, index_t n0,
+                                  const vfloat (&acc)[4][4], const tensor_view<O, 2>& y, index_t yrow0) {
+  const index_t inv = in / lanes<float> * lanes<float>;
   for (int i = 0; i < TR; ++i) {
     for (index_t j = 0; j < nn; ++j) {
       float s = reduce_lanes(acc[i][j]);
       for (index_t k = inv; k < in; ++k) s = detail::fma_if_fast(xf[i * in + k], to_float(wr[j][k]), s);
       y(yrow0 + i, n0 + j) = from_float<O>(s);
+    }
+  }
+}
+
+/// One output group over TR <= 4 rows, the whole k range in registers (a decode's one pass).
+template <int TR, class W, class O>
+DSA_FORCEINLINE void linear_tile(const float* xf, index_t in, const W* const* wr, index_t nn, index_t n0,
+                                 const tensor_view<O, 2>& y, index_t yrow0) {
+  vfloat acc[4][4] = {};
+  linear_lanes<TR>(xf, in, wr, 0, in / lanes<float> * lanes<float>, acc);
+  linear_store<TR>(xf, in, wr, nn, n0, acc, y, yrow0);
+}
+
+/// TR-row tile i0 of a chunked block: its accumulators from memory, one chunk, back to memory.
+template <int TR, class W>
+DSA_FORCEINLINE void linear_chunk_tile(const float* xf, index_t in, const W* const* wr, index_t k0, index_t k1,
+                                       vfloat (*mem)[4]) {
+  vfloat acc[4][4];
+#pragma GCC unroll 4
+  for (int i = 0; i < TR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[i][j] = mem[i][j];
+  }
+  linear_lanes<TR>(xf, in, wr, k0, k1, acc);
+#pragma GCC unroll 4
+  for (int i = 0; i < TR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) mem[i][j] = acc[i][j];
+  }
+}
+
+/// One output group over a block of `rows` (5 ... linear_row_block) rows: k in chunks of
+/// linear_k_chunk, every 4 rows of the block per chunk, the accumulators kept in `mem`
+/// [rows][4] between chunks.
+template <class W, class O>
+void linear_group_chunked(const float* xf, index_t in, index_t rows, const W* const* wr, index_t nn, index_t n0,
+                          vfloat (*mem)[4], const tensor_view<O, 2>& y, index_t yrow0) {
+  const index_t inv = in / lanes<float> * lanes<float>;
+  for (index_t i = 0; i < rows; ++i) {
+    for (int j = 0; j < 4; ++j) mem[i][j] = vfloat{};
+  }
+  for (index_t k0 = 0; k0 < inv; k0 += linear_k_chunk) {
+    const index_t k1 = std::min(inv, k0 + linear_k_chunk);
+    index_t i = 0;
+    for (; i + 4 <= rows; i += 4) linear_chunk_tile<4>(xf + i * in, in, wr, k0, k1, mem + i);
+    switch (rows - i) {
+      case 1: linear_chunk_tile<1>(xf + i * in, in, wr, k0, k1, mem + i); break;
+      case 2: linear_chunk_tile<2>(xf + i * in, in, wr, k0, k1, mem + i); break;
+      case 3: linear_chunk_tile<3>(xf + i * in, in, wr, k0, k1, mem + i); break;
+      default: break;
+    }
+  }
+  for (index_t i = 0; i < rows; i += 4) {
+    vfloat acc[4][4] = {};
+    const index_t tr = std::min<index_t>(4, rows - i);
+    for (index_t r = 0; r < tr; ++r) {
+      for (int j = 0; j < 4; ++j) acc[r][j] = mem[i + r][j];
+    }
+    switch (tr) {
+      case 1: linear_store<1>(xf + i * in, in, wr, nn, n0, acc, y, yrow0 + i); break;
+      case 2: linear_store<2>(xf + i * in, in, wr, nn, n0, acc, y, yrow0 + i); break;
+      case 3: linear_store<3>(xf + i * in, in, wr, nn, n0, acc, y, yrow0 + i); break;
+      default: linear_store<4>(xf + i * in, in, wr, nn, n0, acc, y, yrow0 + i); break;
     }
   }
 }
@@ -111,18 +185,18 @@ void linear(const cpu_backend& be, const tensor_view<const X, 2>& x, const tenso
       for (index_t k = 0; k < in; ++k) xf[i * in + k] = to_float(xr[k]);
     }
     auto body = [&](index_t g0, index_t g1) {
+      vfloat mem[linear_row_block][4];
       for (index_t g = g0; g < g1; ++g) {
         const index_t n0 = g * G;
         const index_t nn = std::min(G, out - n0);
         const W* wr[G];
         for (index_t j = 0; j < G; ++j) wr[j] = w.row(n0 + std::min(j, nn - 1));
-        index_t i = 0;
-        for (; i + 4 <= rows; i += 4) linear_tile<4>(xf + i * in, in, wr, nn, n0, y, r0 + i);
-        switch (rows - i) {
-          case 1: linear_tile<1>(xf + i * in, in, wr, nn, n0, y, r0 + i); break;
-          case 2: linear_tile<2>(xf + i * in, in, wr, nn, n0, y, r0 + i); break;
-          case 3: linear_tile<3>(xf + i * in, in, wr, nn, n0, y, r0 + i); break;
-          default: break;
+        switch (rows) {
+          case 1: linear_tile<1>(xf, in, wr, nn, n0, y, r0); break;
+          case 2: linear_tile<2>(xf, in, wr, nn, n0, y, r0); break;
+          case 3: linear_tile<3>(xf, in, wr, nn, n0, y, r0); break;
+          case 4: linear_tile<4>(xf, in, wr, nn, n0, y, r0); break;
+          default: linear_group_chunked(xf, in, rows, wr, nn, n0, mem, y, r0); break;
         }
       }
     };
