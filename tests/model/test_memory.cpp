@@ -183,3 +183,83 @@ TEST_CASE("decode memory at context L is linear in L (cache bytes and peak RSS, 
   CHECK(high <= 8.0 * static_cast<double>(per_token));
   CHECK(high >= 0.5 * static_cast<double>(per_token));  // the caches really are resident
 }
+
+TEST_CASE("a batch's memory is linear in its number of sequences (peak RSS, one process per batch size)") {
+  // B = 4 ... 32 sequences of kContext tokens each, prefilled in one batched call (chunks of 64 per
+  // sequence) and decoded together. Per-call buffers are sized by the batch's total tokens
+  // (docs/design.md, "Batches"), so the peak RSS grows by about one sequence's caches and
+  // working memory per sequence: a buffer sized by the batch's rows times the lengths of all
+  // its sequences (B^2) would double the slope at every doubling of B.
+  constexpr index_t kContext = 192;
+  temp_dir dir;
+  const dsa::model::config cfg = memory_config();
+  in_child([&] {
+    dsa::model::write_random_checkpoint(dir.path, cfg, 7, dsa::cpu_backend{1});
+    return sample{};
+  });
+  const std::vector<index_t> batches = DSA_TEST_ASAN ? std::vector<index_t>{2, 4} : std::vector<index_t>{4, 8, 16, 32};
+  std::vector<sample> samples;
+  using model_t = dsa::model::transformer<dsa::cpu_backend>;
+  for (const index_t B : batches) {
+    samples.push_back(in_child([&] {
+      auto m = model_t::load(dir.path, dsa::cpu_backend{2});
+      std::vector<model_t::sequence_type> seqs;
+      std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(B));
+      std::vector<model_t::batch_entry> entries(static_cast<std::size_t>(B));
+      for (index_t b = 0; b < B; ++b) {
+        seqs.push_back(m.new_sequence(kContext + kDecodeSteps));
+        auto& p = ids[static_cast<std::size_t>(b)];
+        for (index_t i = 0; i < kContext; ++i) p.push_back(static_cast<std::int32_t>((i * 37 + 11 * b + 5) % cfg.vocab_size));
+      }
+      for (index_t b = 0; b < B; ++b) entries[static_cast<std::size_t>(b)] = {&seqs[static_cast<std::size_t>(b)], ids[static_cast<std::size_t>(b)]};
+      dsa::model::forward_options chunked;
+      chunked.max_chunk = 64;
+      auto logits = m.forward(std::span<const model_t::batch_entry>(entries), chunked);
+      for (index_t s = 0; s < kDecodeSteps; ++s) {
+        for (index_t b = 0; b < B; ++b) {
+          auto& next = ids[static_cast<std::size_t>(b)];
+          next.assign(1, dsa::model::greedy_token(logits[static_cast<std::size_t>(b)]));
+          entries[static_cast<std::size_t>(b)] = {&seqs[static_cast<std::size_t>(b)], next};
+        }
+        logits = m.forward(std::span<const model_t::batch_entry>(entries));
+      }
+      std::uint64_t cache = 0, length = 0;
+      for (const auto& s : seqs) {
+        cache += s.cache_bytes();
+        length += static_cast<std::uint64_t>(s.length());
+      }
+      rusage u{};
+      ::getrusage(RUSAGE_SELF, &u);
+      return sample{cache, static_cast<std::uint64_t>(u.ru_maxrss) * 1024u, length, 0};
+    }));
+  }
+  const std::size_t per_token = bytes_per_token_per_layer(cfg) * static_cast<std::size_t>(cfg.num_hidden_layers);
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    const auto tokens = static_cast<std::uint64_t>(batches[i] * (kContext + kDecodeSteps));
+    CAPTURE(batches[i]);
+    MESSAGE("batch " << batches[i] << ": cache " << samples[i].cache_bytes << " B, peak RSS " << samples[i].peak_rss / 1024 << " KiB");
+    CHECK(samples[i].length == tokens);
+    CHECK(samples[i].cache_bytes >= tokens * per_token);
+    CHECK(samples[i].cache_bytes <= 2 * tokens * per_token);
+  }
+  if (DSA_TEST_ASAN) {
+    MESSAGE("AddressSanitizer build: peak-RSS linearity not checked (its quarantine keeps freed memory resident)");
+    return;
+  }
+  auto slope = [&](std::size_t a, std::size_t b) {
+    return (static_cast<double>(samples[b].peak_rss) - static_cast<double>(samples[a].peak_rss)) /
+           static_cast<double>(batches[b] - batches[a]);
+  };
+  const double low = slope(0, 2);   // [4, 16]
+  const double high = slope(2, 3);  // [16, 32]
+  const double per_sequence_cache = static_cast<double>(per_token) * static_cast<double>(kContext + kDecodeSteps);
+  CAPTURE(low);
+  CAPTURE(high);
+  MESSAGE("peak RSS slope: " << low << " B/sequence over [4, 16], " << high << " B/sequence over [16, 32]; cache "
+                             << per_sequence_cache << " B/sequence");
+  // Measured (2026-11-28): 0.97 and 1.03 MB per sequence; a [rows, all lengths] buffer would add
+  // 49 KB B^2, 2.3 MB per sequence to the second slope and 1.0 MB to the first. Noise
+  // allowance: 2 MiB of RSS over the 16-sequence step.
+  CHECK(high <= 1.25 * low + 131072.0);
+  CHECK(high <= 16.0 * per_sequence_cache);
+}
