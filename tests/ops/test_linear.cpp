@@ -217,7 +217,7 @@ TEST_CASE("fp8_linear with fp8_dot::fp32 is bit-identical across thread counts a
     const std::vector<float> y = run_fp8<bf16, float>(one, fp32_dot(2));
     CHECK(std::memcmp(y.data(), y1.data() + r * p.out, p.out * sizeof(float)) == 0);
   }
-  for (index_t t : {index_t{2}, index_t{3}, index_t{4}, index_t{5}}) {
+  for (index_t t : {index_t{2}, index_t{3}, index_t{4}, index_t{5}, index_t{8}}) {
     fp8_problem few = p;
     few.t = t;
     few.x.resize(static_cast<std::size_t>(t * p.in));

@@ -83,6 +83,10 @@ struct fp8_shape<double> {
 /// k-blocks per decode step for t rows: every block is an independent accumulation chain; the
 /// accumulators (NB x t x NR / lanes) must stay in registers.
 inline constexpr int gemv_max_nb = 4;
+/// The most rows a decode GEMV call takes: 8 where the fp32 mode's register kernel exists
+/// (AVX-512: packed_gemv_fp32, for batched decode steps), else 4.
+template <class T>
+inline constexpr index_t gemv_max_rows = (vec_bytes == 64 && std::is_same_v<T, float>) ? 8 : 4;
 template <class T>
 constexpr int gemv_nb(index_t t) {
   const index_t regs = vec_bytes == 64 ? 16 : 8;

@@ -123,8 +123,11 @@ template <unsigned SlowBlocks, int MR, int NB>
   }
 }
 
-/// Decode with MR <= 4 rows in the fp32 mode from a packed weight: d[(b * MR + i) * 16 + j] =
-/// the fp32 block dot of row i with group g, block kb0 + b, for the NB blocks of one run. Each
+/// Decode with MR <= 8 rows in the fp32 mode from a packed weight: d[(b * MR + i) * 16 + j] =
+/// the fp32 block dot of row i with group g, block kb0 + b0 + b, for NB blocks of one run from
+/// its block b0 (x: the activations of block kb0 + b0). MR <= 4 takes the run's 4 blocks at
+/// once; 5 to 8 rows (a batched decode) take it as two halves of 2 blocks (the 16 accumulators
+/// of 8 rows x 2 blocks leave the decode its registers), the second half's codes from L1. Each
 /// quad is decoded and widened in registers once for all rows (the pair tile is never stored):
 /// the same values in the same order as decode_packed_run followed by gemv_micro<float, MR, 16,
 /// NB>. With MR >= 2 the two 512-bit ports, which every decode operation and FMA needs, are the
@@ -138,12 +141,13 @@ template <unsigned SlowBlocks, int MR, int NB>
 /// (docs/records/2026-11-25-v32-scale-cpu-passes.md, "Eighth pass").
 template <int MR, int NB>
 DSA_FORCEINLINE void packed_gemv_fp32(const packed_fp8_weight& w, index_t g, index_t kb0, const float* DSA_RESTRICT x,
-                                      index_t ldx, float* DSA_RESTRICT d) {
-  const std::uint8_t* src = w.block_codes(g, kb0);  // the run: quad q of block b at src + q * stride + b * 64
+                                      index_t ldx, float* DSA_RESTRICT d, int b0 = 0) {
+  // The run: quad q of block b at src + q * stride + b * 64.
+  const std::uint8_t* src = w.block_codes(g, kb0) + b0 * 64;
   const index_t stride = w.quad_stride(kb0);
   unsigned special[NB], any = 0;
   for (int b = 0; b < NB; ++b) {
-    special[b] = w.special(g, kb0 + b);
+    special[b] = w.special(g, kb0 + b0 + b);
     any |= special[b];
   }
   if (any == 0) {
