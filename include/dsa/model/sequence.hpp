@@ -49,10 +49,11 @@ class layer_cache {
     return host_view<const std::uint8_t, 2>(keys_.data(), {rows, indexer_cache_row_bytes});
   }
 
-  /// Makes room for `rows` positions (keeps the contents).
+  /// Makes room for `rows` positions (keeps the contents: all of them, not only the `filled`
+  /// ones the device cache copies).
   // The sequence already grows its target geometrically (capped at max_tokens); reserve exactly
   // first so that vector::resize does not double the capacity a second time.
-  void reserve_rows(index_t rows) {
+  void reserve_rows(index_t rows, index_t /*filled*/) {
     const auto mla_size = static_cast<std::size_t>(rows * row_dim());
     const auto key_size = static_cast<std::size_t>(rows * indexer_cache_row_bytes);
     mla_.reserve(mla_size);
@@ -76,11 +77,15 @@ inline index_t grown_cache_rows(index_t reserved, index_t rows, index_t max_toke
   return target > max_tokens ? max_tokens : target;
 }
 
-/// One sequence: its length and the caches of every layer. Created by
+/// One sequence: its length and the caches of every layer (LayerCache: layer_cache here,
+/// device_layer_cache in dsa/model/cuda/device_sequence.hpp). Created by
 /// transformer::new_sequence(); advanced by transformer::forward().
-class sequence {
+template <class LayerCache>
+class basic_sequence {
  public:
-  sequence(index_t max_tokens, index_t num_layers, index_t latent_dim, index_t rope_dim, std::uint64_t owner)
+  using layer_cache_type = LayerCache;
+
+  basic_sequence(index_t max_tokens, index_t num_layers, index_t latent_dim, index_t rope_dim, std::uint64_t owner)
       : max_tokens_(max_tokens), owner_(owner) {
     if (max_tokens < 1) fail("model::sequence", "max_tokens", max_tokens, ">= 1");
     layers_.reserve(static_cast<std::size_t>(num_layers));
@@ -98,8 +103,8 @@ class sequence {
     return b;
   }
   index_t num_layers() const { return static_cast<index_t>(layers_.size()); }
-  layer_cache& layer(index_t l) { return layers_[static_cast<std::size_t>(l)]; }
-  const layer_cache& layer(index_t l) const { return layers_[static_cast<std::size_t>(l)]; }
+  LayerCache& layer(index_t l) { return layers_[static_cast<std::size_t>(l)]; }
+  const LayerCache& layer(index_t l) const { return layers_[static_cast<std::size_t>(l)]; }
 
   /// Forgets every token (keeps the allocation): the sequence restarts at position 0.
   void reset() {
@@ -107,11 +112,14 @@ class sequence {
     nonfinite_.reset();
   }
 
-  /// Grows every layer's storage to hold `rows` positions (geometric growth).
-  void reserve(index_t rows) {
+  /// Grows every layer's storage to hold `rows` positions (geometric growth, capped at
+  /// max_tokens), keeping the filled ones; `copy` is what the layer cache needs to move them
+  /// (the device caches: the stream).
+  template <class... Copy>
+  void reserve(index_t rows, Copy... copy) {
     if (rows <= reserved_) return;
     const index_t target = grown_cache_rows(reserved_, rows, max_tokens_);
-    for (auto& l : layers_) l.reserve_rows(target);
+    for (auto& l : layers_) l.reserve_rows(target, length_, copy...);
     reserved_ = target;
   }
   /// Marks `n` more positions as filled (called by the forward pass after every layer wrote them).
@@ -133,8 +141,11 @@ class sequence {
   index_t length_ = 0;
   index_t reserved_ = 0;
   std::optional<nonfinite_site> nonfinite_;
-  std::vector<layer_cache> layers_;
+  std::vector<LayerCache> layers_;
 };
+
+/// A sequence of the CPU transformer: its caches in host memory.
+using sequence = basic_sequence<layer_cache>;
 
 }  // namespace model
 DSA_NAMESPACE_END

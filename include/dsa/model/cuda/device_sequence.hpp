@@ -13,8 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -80,67 +78,7 @@ class device_layer_cache {
 
 /// One sequence on the device: its length and the caches of every layer. Created by
 /// transformer<cuda_backend>::new_sequence(); advanced by its forward().
-class device_sequence {
- public:
-  device_sequence(index_t max_tokens, index_t num_layers, index_t latent_dim, index_t rope_dim, std::uint64_t owner)
-      : max_tokens_(max_tokens), owner_(owner) {
-    if (max_tokens < 1) fail("model::sequence", "max_tokens", max_tokens, ">= 1");
-    layers_.reserve(static_cast<std::size_t>(num_layers));
-    for (index_t l = 0; l < num_layers; ++l) layers_.emplace_back(latent_dim, rope_dim);
-  }
-
-  device_sequence(device_sequence&&) noexcept = default;
-  device_sequence& operator=(device_sequence&&) noexcept = default;
-
-  /// Tokens processed so far: the next token goes to position length().
-  index_t length() const { return length_; }
-  /// The most tokens this sequence may hold.
-  index_t max_tokens() const { return max_tokens_; }
-  /// Device cache bytes allocated (grows with length()).
-  std::size_t cache_bytes() const {
-    std::size_t b = 0;
-    for (const auto& l : layers_) b += l.bytes();
-    return b;
-  }
-  index_t num_layers() const { return static_cast<index_t>(layers_.size()); }
-  device_layer_cache& layer(index_t l) { return layers_[static_cast<std::size_t>(l)]; }
-  const device_layer_cache& layer(index_t l) const { return layers_[static_cast<std::size_t>(l)]; }
-
-  /// Forgets every token (keeps the allocation): the sequence restarts at position 0.
-  void reset() {
-    length_ = 0;
-    nonfinite_.reset();
-  }
-
-  /// Grows every layer's storage to hold `rows` positions (geometric growth, capped at
-  /// max_tokens), copying the filled positions on `stream`.
-  void reserve(index_t rows, cudaStream_t stream) {
-    if (rows <= reserved_) return;
-    const index_t target = grown_cache_rows(reserved_, rows, max_tokens_);
-    for (auto& l : layers_) l.reserve_rows(target, length_, stream);
-    reserved_ = target;
-  }
-  /// Marks `n` more positions as filled (called by the forward pass after every layer wrote them).
-  void advance(index_t n) { length_ += n; }
-  /// The transformer this sequence was created by (sequences are not interchangeable).
-  std::uint64_t owner() const { return owner_; }
-
-  /// Where this sequence's values first stopped being finite (dsa/model/nonfinite.hpp), if they
-  /// ever did; kept until reset().
-  const std::optional<nonfinite_site>& first_nonfinite() const { return nonfinite_; }
-  /// Records `site` unless an earlier one is recorded (called by the forward pass).
-  void note_nonfinite(const nonfinite_site& site) {
-    if (!nonfinite_) nonfinite_ = site;
-  }
-
- private:
-  index_t max_tokens_;
-  std::uint64_t owner_;
-  index_t length_ = 0;
-  index_t reserved_ = 0;
-  std::optional<nonfinite_site> nonfinite_;
-  std::vector<device_layer_cache> layers_;
-};
+using device_sequence = basic_sequence<device_layer_cache>;
 
 }  // namespace model
 DSA_NAMESPACE_END
