@@ -3,15 +3,11 @@
 // copy gives the same logits bit for bit.
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -23,6 +19,7 @@
 #include "dsa/model/safetensors.hpp"
 #include "dsa/model/transformer.hpp"
 #include "dsa/model/weights.hpp"
+#include "support/checkpoint_edit.hpp"
 
 namespace fs = std::filesystem;
 
@@ -30,88 +27,15 @@ namespace {
 
 using dsa::index_t;
 
-const fs::path tiny_dir = fs::path(DSA_TEST_DATA_DIR) / "tiny-dsv32";
+using dsa_test::read_text;
+using dsa_test::tiny_dir;
+using dsa_test::write_checkpoint;
+using dsa_test::write_text;
+using tensors = dsa_test::checkpoint_tensors;
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("dsa_test_weights_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
+struct temp_dir : dsa_test::temp_dir {
+  temp_dir() : dsa_test::temp_dir("dsa_test_weights") {}
 };
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_text(const fs::path& p, const std::string& s) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(s.data(), static_cast<std::streamsize>(s.size()));
-  REQUIRE(out.good());
-}
-
-// The tiny checkpoint's tensors as writer entries (borrowing the mapped source file), plus
-// owned storage for the tensors a test replaces or adds.
-struct tensors {
-  dsa::safetensors_file src = dsa::safetensors_file::open(tiny_dir / "model.safetensors");
-  std::vector<dsa::safetensors_entry> entries;
-  std::vector<std::vector<std::byte>> owned;
-
-  tensors() {
-    for (const dsa::tensor_info& t : src.tensors()) entries.push_back({t.name, t.type, t.shape, src.bytes(t)});
-  }
-  dsa::safetensors_entry* find(const std::string& name) {
-    for (auto& e : entries) {
-      if (e.name == name) return &e;
-    }
-    FAIL("no tensor " << name);
-    return nullptr;
-  }
-  void remove(const std::string& name) {
-    find(name);
-    std::erase_if(entries, [&](const dsa::safetensors_entry& e) { return e.name == name; });
-  }
-  // Replaces (or adds) a tensor with `bytes` filled with `fill`.
-  void set(const std::string& name, dsa::dtype type, std::vector<index_t> shape, std::uint8_t fill = 0) {
-    std::size_t n = dsa::dtype_size(type);
-    for (index_t d : shape) n *= static_cast<std::size_t>(d);
-    owned.emplace_back(n, static_cast<std::byte>(fill));
-    const std::span<const std::byte> data(owned.back());
-    for (auto& e : entries) {
-      if (e.name == name) {
-        e = {name, type, std::move(shape), data};
-        return;
-      }
-    }
-    entries.push_back({name, type, std::move(shape), data});
-  }
-  // Replaces a tensor with a copy whose bytes at `offset` are `patch`.
-  void patch(const std::string& name, std::size_t offset, std::span<const std::byte> patch_bytes) {
-    dsa::safetensors_entry* e = find(name);
-    owned.emplace_back(e->data.begin(), e->data.end());
-    REQUIRE(offset + patch_bytes.size() <= owned.back().size());
-    std::copy(patch_bytes.begin(), patch_bytes.end(), owned.back().begin() + static_cast<std::ptrdiff_t>(offset));
-    e->data = std::span<const std::byte>(owned.back());
-  }
-};
-
-// A checkpoint directory: config.json (optionally edited) and model.safetensors from `t`.
-void write_checkpoint(const fs::path& dir, const tensors& t,
-                      const std::function<void(nlohmann::json&)>& edit_config = {}) {
-  nlohmann::json cfg = nlohmann::json::parse(read_text(tiny_dir / "config.json"));
-  if (edit_config) edit_config(cfg);
-  write_text(dir / "config.json", cfg.dump(2));
-  dsa::write_safetensors(dir / "model.safetensors", t.entries);
-}
 
 // The message of the dsa::error that loading `dir` throws ("" if it loads).
 std::string load_error(const fs::path& dir) {

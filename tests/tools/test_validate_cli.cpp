@@ -29,6 +29,7 @@ TEST_CASE("dsa_validate command line (skipped: built without DSA_BUILD_TOOLS)") 
 
 #include "dsa/model/safetensors.hpp"
 #include "support/checkpoint_edit.hpp"
+#include "support/child_process.hpp"
 
 #ifdef DSA_VALIDATE_CUDA
 #include "dsa/cuda/backend.hpp"
@@ -42,68 +43,19 @@ namespace {
 
 const fs::path golden_path = fs::path(DSA_TEST_DATA_DIR) / "primitives.safetensors";
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("dsa_test_validate_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct temp_dir : dsa_test::temp_dir {
+  temp_dir() : dsa_test::temp_dir("dsa_test_validate_cli") {}
   fs::path operator/(const std::string& name) const { return path / name; }
 };
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+std::string read_file(const fs::path& p) { return dsa_test::read_text(p); }
+void write_file(const fs::path& p, const std::string& bytes) { dsa_test::write_text(p, bytes); }
 
-void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
+using dsa_test::shell_quote;
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      q += "'\\''";
-    } else {
-      q += c;
-    }
-  }
-  q += '\'';
-  return q;
-}
-
-struct run_result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-run_result run_tool(const temp_dir& dir, const std::vector<std::string>& args) {
-  std::string cmd = shell_quote(DSA_VALIDATE_EXE);
-  for (const std::string& a : args) {
-    cmd += ' ';
-    cmd += shell_quote(a);
-  }
-  const fs::path out = dir / "output.txt";
-  cmd += " > ";
-  cmd += shell_quote(out.string());
-  cmd += " 2>&1";
-  const int status = std::system(cmd.c_str());
-  run_result r;
-  REQUIRE(status != -1);
-  REQUIRE(WIFEXITED(status));  // a crash (signal) is never an acceptable answer
-  r.exit_code = WEXITSTATUS(status);
-  r.output = read_file(out);
-  return r;
+// dsa_validate with `args`, its output through a file in `dir`.
+dsa_test::tool_result run_tool(const temp_dir& dir, const std::vector<std::string>& args) {
+  return dsa_test::run_tool(DSA_VALIDATE_EXE, args, dir.path);
 }
 
 bool contains(const std::string& haystack, const std::string& needle) {
@@ -778,7 +730,7 @@ TEST_CASE("dsa_validate --dump refuses a FIFO, a symlink to /dev/null and /dev/n
   CHECK(S_ISFIFO(st.st_mode));
   CHECK(fs::is_symlink(link));
   CHECK(fs::read_symlink(link) == "/dev/null");
-  CHECK(names_in(dir.path) == std::vector<std::string>{"dump.fifo", "null_link.safetensors", "output.txt"});
+  CHECK(names_in(dir.path) == std::vector<std::string>{"dump.fifo", "null_link.safetensors", "tool_output.txt"});
 }
 
 TEST_CASE("write_safetensors refuses a target that is not a regular file, before writing and leaves it") {
