@@ -48,10 +48,7 @@ using dsa::index_t;
 constexpr float nan_f = std::numeric_limits<float>::quiet_NaN();
 constexpr float inf_f = std::numeric_limits<float>::infinity();
 
-template <class T>
-std::vector<T> random_values(std::size_t n, std::uint64_t seed, float sigma = 1.0f) {
-  return dsa_test::convert<T>(dsa_test::normal(n, seed, sigma));
-}
+using dsa_test::normal_as;
 
 // ---- norms ---------------------------------------------------------------------------------------
 
@@ -83,7 +80,7 @@ void check_norm(norm_kind kind, index_t t, index_t d, index_t ld, bool in_place,
     row[4] = 1.0f;
   }
   std::vector<X> x = dsa_test::convert<X>(xs);
-  std::vector<bf16> res = random_values<bf16>(static_cast<std::size_t>(t * ld), seed + 1, 2.0f);
+  std::vector<bf16> res = normal_as<bf16>(static_cast<std::size_t>(t * ld), seed + 1, 2.0f);
   const auto w = dsa_test::uniform(static_cast<std::size_t>(d), seed + 2, 0.5f, 1.5f);
   const auto b = dsa_test::uniform(static_cast<std::size_t>(d), seed + 3, -0.5f, 0.5f);
   const float eps = 1e-6f;
@@ -157,7 +154,7 @@ void check_rope(index_t t, index_t heads, index_t width, index_t offset, const d
   CAPTURE(cfg.dim);
   CAPTURE(static_cast<int>(layout));
   const std::size_t n = static_cast<std::size_t>(t * heads * width);
-  std::vector<bf16> x = random_values<bf16>(n, seed, 2.0f);
+  std::vector<bf16> x = normal_as<bf16>(n, seed, 2.0f);
   std::vector<std::int32_t> pos(static_cast<std::size_t>(t));
   std::mt19937_64 rng(seed);
   // Positions in [0, max_position), which the CPU front-end checks: the edges of YaRN's original
@@ -204,8 +201,8 @@ void check_linear(const dsa::cublas_handle& blas, dsa::cuda_linear_path path, in
   CAPTURE(o_bf16);
   const index_t xrows = ldx == 0 ? 1 : t;
   const index_t xld = ldx == 0 ? in : ldx;
-  const std::vector<X> x = random_values<X>(static_cast<std::size_t>(std::max<index_t>(xrows * xld, 1)), seed);
-  const std::vector<W> w = random_values<W>(static_cast<std::size_t>(std::max<index_t>(out * ldw, 1)), seed + 1, 0.05f);
+  const std::vector<X> x = normal_as<X>(static_cast<std::size_t>(std::max<index_t>(xrows * xld, 1)), seed);
+  const std::vector<W> w = normal_as<W>(static_cast<std::size_t>(std::max<index_t>(out * ldw, 1)), seed + 1, 0.05f);
   dsa_test::test_stream stream;
   const dsa::cuda_backend be{stream.get(), simt_path ? nullptr : blas.get(), path};
   auto dx = dsa_test::upload(x, stream.get());
@@ -469,7 +466,7 @@ TEST_CASE("cuda swiglu: the CPU's bits but for rare transcendental roundings") {
     const float specials[] = {nan_f, inf_f, -inf_f, -200.0f, 200.0f, 0.0f, -0.0f, 89.0f, -89.0f};
     for (std::size_t i = 0; i < std::size(specials) && i < gf.size(); ++i) gf[i * 3 % gf.size()] = specials[i];
     const std::vector<bf16> gate = dsa_test::convert<bf16>(gf);
-    const std::vector<bf16> up = random_values<bf16>(static_cast<std::size_t>(t * n), 12, 2.0f);
+    const std::vector<bf16> up = normal_as<bf16>(static_cast<std::size_t>(t * n), 12, 2.0f);
     std::vector<bf16> hy(gate.size());
     dsa::swiglu(dsa::cpu, dsa::make_view(gate.data(), {t, n}), dsa::make_view(up.data(), {t, n}),
                 dsa::make_view(hy.data(), {t, n}));

@@ -30,10 +30,7 @@ using dsa::index_t;
 constexpr float nan_f = std::numeric_limits<float>::quiet_NaN();
 constexpr float inf_f = std::numeric_limits<float>::infinity();
 
-template <class T>
-std::vector<T> random_values(std::size_t n, std::uint64_t seed, float sigma = 1.0f) {
-  return dsa_test::convert<T>(dsa_test::normal(n, seed, sigma));
-}
+using dsa_test::normal_as;
 
 struct mha_case {
   index_t s, h, n, k, d_nope, d_rope, d_v;
@@ -54,13 +51,13 @@ void check_sparse_mha(const mha_case& c, std::uint64_t seed) {
   CAPTURE(static_cast<int>(c.rounding));
   const index_t dqk = c.d_nope + c.d_rope;
   const index_t kh = c.mqa ? 1 : c.h;
-  std::vector<bf16> q = random_values<bf16>(static_cast<std::size_t>(c.s * c.h * dqk), seed, 1.0f);
+  std::vector<bf16> q = normal_as<bf16>(static_cast<std::size_t>(c.s * c.h * dqk), seed, 1.0f);
   // Per-head keys and values interleaved as the wkv_b output [n, h, d_nope + d_v] (MHA), or one
   // latent row [n, d_nope] that is both key and value (MQA).
   const index_t kv_width = c.mqa ? c.d_nope : c.d_nope + c.d_v;
-  std::vector<bf16> kv = random_values<bf16>(static_cast<std::size_t>(std::max<index_t>(c.n * kh * kv_width, 1)),
+  std::vector<bf16> kv = normal_as<bf16>(static_cast<std::size_t>(std::max<index_t>(c.n * kh * kv_width, 1)),
                                              seed + 1, 1.0f);
-  std::vector<bf16> kr = random_values<bf16>(static_cast<std::size_t>(std::max<index_t>(c.n * c.d_rope, 1)), seed + 2);
+  std::vector<bf16> kr = normal_as<bf16>(static_cast<std::size_t>(std::max<index_t>(c.n * c.d_rope, 1)), seed + 2);
   std::vector<std::int32_t> idx(static_cast<std::size_t>(c.s * c.k));
   std::mt19937_64 rng(seed + 3);
   for (index_t t = 0; t < c.s; ++t) {

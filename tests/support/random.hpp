@@ -35,6 +35,12 @@ std::vector<T> convert(const std::vector<float>& v) {
   return out;
 }
 
+/// n normal values (mean 0, `sigma`) rounded to T.
+template <class T>
+std::vector<T> normal_as(std::size_t n, std::uint64_t seed, float sigma = 1.0f) {
+  return convert<T>(normal(n, seed, sigma));
+}
+
 /// Converts a storage type back to floats.
 template <class T>
 std::vector<float> to_floats(const std::vector<T>& v) {
