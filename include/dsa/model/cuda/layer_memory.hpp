@@ -27,6 +27,10 @@ struct layer_memory<cuda_backend> {
   template <class T>
   using buffer = device_buffer<T>;
 
+  /// The layers give the ops that can use scratch memory their workspaces (fp8_linear's
+  /// tensor-core path, topk_indices' split over many blocks): stream-ordered buffers of one call.
+  static constexpr bool op_workspaces = true;
+
   template <class T>
   static buffer<T> make(const cuda_backend& be, index_t count) {
     return buffer<T>(count, be.stream);
