@@ -71,12 +71,12 @@ inline void launch_topk_split(const cuda_backend& be, const cuda_kernels::topk_p
   const dim3 grid(static_cast<unsigned>(p.chunks), static_cast<unsigned>(row.rows));
   constexpr int threads = cuda_kernels::topk_split_threads;
   for (int pass = 0; pass < topk_radix_passes; ++pass) {
-    cuda_kernels::topk_split_histogram_kernel<<<grid, threads, 0, be.stream>>>(p, pass);
+    cuda_kernels::topk_split_histogram_kernel<threads><<<grid, threads, 0, be.stream>>>(p, pass);
     DSA_CUDA_CHECK_LAUNCH();
   }
-  cuda_kernels::topk_split_count_kernel<<<grid, threads, 0, be.stream>>>(p);
+  cuda_kernels::topk_split_count_kernel<threads><<<grid, threads, 0, be.stream>>>(p);
   DSA_CUDA_CHECK_LAUNCH();
-  cuda_kernels::topk_split_emission_kernel<<<grid, threads, 0, be.stream>>>(p);
+  cuda_kernels::topk_split_emission_kernel<threads><<<grid, threads, 0, be.stream>>>(p);
   DSA_CUDA_CHECK_LAUNCH();
 }
 

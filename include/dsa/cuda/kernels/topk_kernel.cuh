@@ -239,7 +239,10 @@ DSA_DEVICE DSA_FORCEINLINE topk_radix_state topk_split_threshold(const topk_spli
   return s;
 }
 
-__global__ void __launch_bounds__(topk_split_threads) topk_split_histogram_kernel(const topk_split_params p, int pass) {
+// (A template, like every kernel in a header several translation units include.)
+template <int Threads>
+__global__ void __launch_bounds__(Threads) topk_split_histogram_kernel(const topk_split_params p, int pass) {
+  static_assert(Threads == topk_split_threads);
   __shared__ std::uint32_t hist[topk_radix_buckets];
   __shared__ typename topk_split_scan::TempStorage scan;
   __shared__ topk_radix_state shared_state;
@@ -269,7 +272,9 @@ __global__ void __launch_bounds__(topk_split_threads) topk_split_histogram_kerne
   }
 }
 
-__global__ void __launch_bounds__(topk_split_threads) topk_split_count_kernel(const topk_split_params p) {
+template <int Threads>
+__global__ void __launch_bounds__(Threads) topk_split_count_kernel(const topk_split_params p) {
+  static_assert(Threads == topk_split_threads);
   __shared__ typename topk_split_scan::TempStorage scan;
   __shared__ topk_radix_state shared_state;
   __shared__ std::uint32_t warp_gt[topk_split_threads / 32], warp_eq[topk_split_threads / 32];
@@ -312,7 +317,9 @@ __global__ void __launch_bounds__(topk_split_threads) topk_split_count_kernel(co
   }
 }
 
-__global__ void __launch_bounds__(topk_split_threads) topk_split_emission_kernel(const topk_split_params p) {
+template <int Threads>
+__global__ void __launch_bounds__(Threads) topk_split_emission_kernel(const topk_split_params p) {
+  static_assert(Threads == topk_split_threads);
   using block_scan = cub::BlockScan<std::uint32_t, topk_split_threads, cub::BLOCK_SCAN_WARP_SCANS>;
   __shared__ typename topk_split_scan::TempStorage scan;
   __shared__ topk_radix_state shared_state;
