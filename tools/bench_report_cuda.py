@@ -87,6 +87,8 @@ FAMILIES = {
     "BM_cuda_linear_bf16_cublas": ("linear bf16 (cuBLAS)", None),
     "BM_cuda_linear_bf16_simt": ("linear bf16 (dsa's SIMT kernel, fp32 FMA)", None),
     "BM_cuda_fp8_linear": ("fp8_linear (exact, fp64 FMA)", "fp8_linear"),
+    "BM_cuda_fp8_linear_cublaslt": ("fp8_linear (cuBLASLt block-scaled FP8)", "fp8_linear"),
+    "BM_cuda_fp8_linear_fast": ("fp8_linear (fast path, default choice)", "fp8_linear"),
 }
 
 

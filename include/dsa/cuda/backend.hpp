@@ -8,7 +8,9 @@
 //
 // The dense matrix products (dsa::linear) run on cuBLAS and need a handle in `blas`
 // (dsa::cublas_handle, dsa/cuda/blas.hpp); every other op ignores it, so `cuda_backend{stream}`
-// stays valid for them. An op that uses the handle binds it to `stream` (cublasSetStream) before
+// stays valid for them. fp8_linear's tensor-core path (with a workspace, kernels == fast) runs on
+// cuBLASLt through `blaslt` (dsa::cublaslt_handle) and, where cuBLASLt has no algorithm, on
+// cuBLAS's bf16 GEMM through `blas`. An op that uses the handle binds it to `stream` (cublasSetStream) before
 // each call; as cuBLAS requires, one handle must not be used by two host threads at once.
 // `linear = cuda_linear_path::simt` runs dsa::linear on dsa's own SIMT kernel instead, with no
 // handle: slower, but every store is one that compute-sanitizer's initcheck sees (it misses those
@@ -19,6 +21,7 @@
 // (the op implementations that launch kernels are .cuh and need nvcc).
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -53,6 +56,9 @@ struct cuda_backend {
   cublasHandle_t blas = nullptr;
   cuda_linear_path linear = cuda_linear_path::cublas;
   cuda_kernel_path kernels = cuda_kernel_path::fast;
+  /// The cuBLASLt handle of fp8_linear's block-scaled FP8 GEMM (dsa::cublaslt_handle); only its
+  /// fast path with a workspace uses it (null there: dsa::error naming it).
+  cublasLtHandle_t blaslt = nullptr;
 };
 
 static_assert(backend<cuda_backend>);
