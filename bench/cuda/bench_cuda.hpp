@@ -67,6 +67,13 @@ class session {
     if (with_blas && !blas_) blas_ = std::make_unique<dsa::cublas_handle>();
     return cuda_backend{stream_, with_blas ? blas_->get() : nullptr};
   }
+  /// The backend running `kernels` for the ops that have an exact and a fast kernel (each
+  /// benchmark of those ops names which it measures).
+  cuda_backend backend(dsa::cuda_kernel_path kernels) {
+    cuda_backend be = backend();
+    be.kernels = kernels;
+    return be;
+  }
   cublasHandle_t blas() { return backend(true).blas; }
   /// The backend of fp8_linear's tensor-core path: cuBLAS and cuBLASLt handles, kernels fast.
   cuda_backend fast_backend() {
