@@ -585,14 +585,14 @@ int main(int argc, char** argv) {
       }
       dsa::cuda_backend be{};
       if (o.cuda_linear == "simt") be.linear = dsa::cuda_linear_path::simt;
-      if (o.cuda_kernels == "exact") be.kernels = dsa::cuda_kernel_path::exact;
+      if (o.cuda_kernels) be.kernels = *o.cuda_kernels == "exact" ? dsa::cuda_kernel_path::exact : dsa::cuda_kernel_path::fast;
       int device = 0;
       cudaDeviceProp prop{};
       DSA_CUDA_CHECK(cudaGetDevice(&device));
       DSA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
       return run(o, be, "backend: cuda (" + dsa::escape_for_terminal(prop.name) + ", sm_" + std::to_string(prop.major) +
                             std::to_string(prop.minor) + "); linear: " + (o.cuda_linear.value_or("cublas")) +
-                            "; kernels: " + o.cuda_kernels.value_or("fast"));
+                            "; kernels: " + dsa::cuda_kernel_path_name(be.kernels));
 #else
       std::cerr << "dsa_run: --backend cuda: this dsa_run was built without the CUDA backend (configure with "
                    "-DDSA_ENABLE_CUDA=ON, e.g. the cuda preset)\n";

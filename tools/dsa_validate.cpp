@@ -197,14 +197,15 @@ options parse_args(int argc, char** argv) {
 }
 
 #ifdef DSA_VALIDATE_CUDA
-/// The kernels of --cuda-kernels (fast unless it says exact).
+/// The kernels of --cuda-kernels (dsa::default_cuda_kernel_path without it).
 dsa::cuda_kernel_path cuda_kernels_of(const options& o) {
+  if (o.cuda_kernels.empty()) return dsa::default_cuda_kernel_path;
   return o.cuda_kernels == "exact" ? dsa::cuda_kernel_path::exact : dsa::cuda_kernel_path::fast;
 }
 
 /// ", exact kernels" or ", fast kernels" for the report's first line.
 std::string cuda_kernels_description(const options& o) {
-  return o.cuda_kernels == "exact" ? ", exact kernels" : ", fast kernels";
+  return std::string(", ") + dsa::cuda_kernel_path_name(cuda_kernels_of(o)) + " kernels";
 }
 #endif
 

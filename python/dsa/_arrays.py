@@ -185,7 +185,9 @@ def threads_arg(op: str, threads: Optional[int]) -> int:
 # The CUDA backend's kernels of the ops that have two (docs/python.md, "CUDA tensors").
 KERNELS = ("fast", "exact")
 _KERNELS = "'fast' (tensor cores where the GPU has them) or 'exact' (the SIMT kernels, the CPU's bits)"
-_default_kernels = "fast"
+# The default is the C++ dsa::default_cuda_kernel_path (dsa/cuda/backend.hpp): exact until the
+# fast kernels have run on a GPU.
+_default_kernels = "exact"
 
 
 def _kernels_value(op: str, name: str, v: Any, expected: str) -> str:
@@ -198,8 +200,8 @@ def _kernels_value(op: str, name: str, v: Any, expected: str) -> str:
 def set_cuda_kernels(kernels: str) -> None:
     """Sets the kernels the CUDA backend runs, when ``kernels=`` is not given, for the ops that
     have two (lightning_indexer_scores on float8 arrays, lightning_indexer_scores_paged,
-    sparse_mla_attention): 'fast' (the default: tensor cores where the GPU has them and the call
-    fits them) or 'exact' (the SIMT kernels, bit-identical with the CPU backend). CPU arrays
+    sparse_mla_attention): 'fast' (tensor cores where the GPU has them and the call fits them) or
+    'exact' (the default: the SIMT kernels, bit-identical with the CPU backend). CPU arrays
     have one set of kernels and are not affected."""
     global _default_kernels
     _default_kernels = _kernels_value("set_cuda_kernels", "kernels", kernels, _KERNELS)

@@ -26,7 +26,7 @@ def sparse_mla_attention(q: Any, kv: Any, indices: Any, softmax_scale: float, *,
     ``num_splits`` > 1 cuts each token's entries into partial passes merged in order (the CUDA
     backend's split-k; the CPU computes one pass). ``kernels`` picks the CUDA backend's kernels
     for CUDA arrays: 'fast' (tensor cores, checked against the exact kernel with FlashMLA's
-    criteria) or 'exact'; None: dsa.set_cuda_kernels' choice ('fast' by default). Returns
+    criteria) or 'exact'; None: dsa.set_cuda_kernels' choice ('exact' by default). Returns
     ``(out, lse)`` or ``(out, lse, probs)``; ``out=`` takes the same tuple.
     """
     op = "sparse_mla_attention"

@@ -40,7 +40,7 @@ def lightning_indexer_scores(q: Any, w: Any, k: Any, k_scale: Any = None, ranges
     after the head sum; -inf outside each row's range. Returns scores [m, n] float32.
     ``kernels`` picks the CUDA backend's kernels for float8 CUDA arrays: 'fast' (tensor cores,
     checked against the exact kernel with DeepGEMM's criterion) or 'exact' (bit-identical with
-    the CPU); None: dsa.set_cuda_kernels' choice ('fast' by default).
+    the CPU); None: dsa.set_cuda_kernels' choice ('exact' by default).
     """
     op = "lightning_indexer_scores"
     threads = A.threads_arg(op, threads)

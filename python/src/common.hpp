@@ -173,7 +173,7 @@ struct cuda_place {
   int device;
   cudaStream_t stream;
   /// The kernels of the ops that have two (the Python layer's `kernels=`; with_kernels).
-  dsa::cuda_kernel_path kernels = dsa::cuda_kernel_path::fast;
+  dsa::cuda_kernel_path kernels = dsa::default_cuda_kernel_path;
 
   template <class F>
   void run(F&& f) const {

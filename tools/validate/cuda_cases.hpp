@@ -50,7 +50,7 @@ std::string cuda_device_description();
 /// CUDA runtime errors (dsa::cuda_error, e.g. a kernel fault) become backend_error.
 class cuda_executor {
  public:
-  explicit cuda_executor(cudaStream_t stream = nullptr, dsa::cuda_kernel_path kernels = dsa::cuda_kernel_path::fast)
+  explicit cuda_executor(cudaStream_t stream = nullptr, dsa::cuda_kernel_path kernels = dsa::default_cuda_kernel_path)
       : stream_(stream), kernels_(kernels) {}
 
   std::string_view backend_name() const { return dsa::cuda_backend::name; }
@@ -91,7 +91,7 @@ class cuda_executor {
 
  private:
   cudaStream_t stream_ = nullptr;
-  dsa::cuda_kernel_path kernels_ = dsa::cuda_kernel_path::fast;
+  dsa::cuda_kernel_path kernels_ = dsa::default_cuda_kernel_path;
 };
 
 /// --model DIR --backend cuda: run_model_case (validate/model_replay.hpp) on

@@ -5,7 +5,7 @@
 //
 // The FP8 scores, plain and paged, have a second kernel on the tensor cores
 // (kernels/lightning_indexer_fast_kernel.cuh), which runs when cuda_backend::kernels is
-// cuda_kernel_path::fast (the default), the device has mma.sync and the call is one it holds
+// cuda_kernel_path::fast, the device has mma.sync and the call is one it holds
 // (kernel_choice.hpp: d = 128, at most 64 heads, 16-byte aligned q rows, 4-byte aligned key
 // rows); it is checked against the exact kernel, not the CPU's bits. The fp32 scores and the
 // backward have the exact kernel only.

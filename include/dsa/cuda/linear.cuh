@@ -6,7 +6,7 @@
 // The activations are quantized inside the kernels, per tile or pass, with the act_quant
 // numerics, so no workspace is needed.
 //
-// fp8_linear with a workspace and cuda_kernel_path::fast (the default): the tensor cores, as
+// fp8_linear with a workspace and cuda_kernel_path::fast: the tensor cores, as
 // plan_fp8_linear (dsa/cuda/fp8_linear_plan.hpp) decides per call from the shapes, strides,
 // alignments and the GPU. On Hopper, cuBLASLt's block-scaled FP8 GEMM (be.blaslt): act_quant of
 // x into the workspace with its 1 x 128 scales written transposed, the weight's 128 x 128 scales

@@ -1,7 +1,7 @@
 // CUDA backend of sparse_mla_attention over the bf16 and the FP8 kv cache. Two kernels compute
 // the attention: the exact SIMT kernel (kernels/sparse_mla_attention_kernel.cuh), the validation
 // reference, and the tensor-core one (kernels/sparse_mla_attention_fast_kernel.cuh), which runs
-// when cuda_backend::kernels is cuda_kernel_path::fast (the default), the device has mma.sync and
+// when cuda_backend::kernels is cuda_kernel_path::fast, the device has mma.sync and
 // the call is one it holds (kernel_choice.hpp: d_qk a multiple of 64 up to 576, d_v a multiple of
 // 32 up to 512, 16-byte aligned q and cache rows); the exact kernel runs every other call.
 //

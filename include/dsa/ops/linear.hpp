@@ -89,7 +89,7 @@ void fp8_linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_
 /// fp8_linear with scratch memory for the tensor cores: `workspace` holds at least
 /// fp8_linear_workspace_size(t, in, out) bytes (dsa/cuda/fp8_linear_plan.hpp; none for an empty
 /// product, where an absent view is accepted), 16-byte aligned, contiguous and disjoint from every
-/// other argument. On the CUDA backend with cuda_kernel_path::fast (its default) the product runs
+/// other argument. On the CUDA backend with cuda_kernel_path::fast the product runs
 /// on the tensor cores: cuBLASLt's block-scaled FP8 GEMM on Hopper (be.blaslt), cuBLAS's bf16 GEMM
 /// over dequantized operands elsewhere (be.blas), the exact decode GEMV for decode rows where it is
 /// faster (docs/cuda.md, "fp8_linear on the GPU"); those results are not the exact ones, they are
