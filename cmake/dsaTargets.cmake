@@ -17,13 +17,14 @@ add_library(dsa::model ALIAS dsa_model)
 set_target_properties(dsa_model PROPERTIES EXPORT_NAME model)
 target_link_libraries(dsa_model INTERFACE dsa nlohmann_json::nlohmann_json)
 
-# dsa::cuda — the CUDA backend headers (.cuh need nvcc; launchers link cudart, and cuBLAS for
-# dsa::linear's matrix products; the installed config's find_dependency(CUDAToolkit) defines both).
+# dsa::cuda — the CUDA backend headers (.cuh need nvcc; launchers link cudart, cuBLAS for
+# dsa::linear's matrix products and cuBLASLt for fp8_linear's block-scaled FP8 path; the installed
+# config's find_dependency(CUDAToolkit) defines all three).
 if(CUDAToolkit_FOUND)
   add_library(dsa_cuda INTERFACE)
   add_library(dsa::cuda ALIAS dsa_cuda)
   set_target_properties(dsa_cuda PROPERTIES EXPORT_NAME cuda)
-  target_link_libraries(dsa_cuda INTERFACE dsa CUDA::cudart CUDA::cublas)
+  target_link_libraries(dsa_cuda INTERFACE dsa CUDA::cudart CUDA::cublas CUDA::cublasLt)
   # A usage requirement of the headers, not a preference: tensor_view's __host__ __device__
   # members call std::array's constexpr accessors, which device code may call only with this flag.
   target_compile_options(dsa_cuda INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)

@@ -69,6 +69,14 @@ FHT_RATIO = {
     "f32": [(8192, 1.0), (16384, 1.1), (32768, 1.2)],
 }
 
+# Issue 35's first-version targets of the fast (tensor-core) kernels on an H100 SXM, shown beside
+# their anchors: what docs/performance.md states each fast row against.
+TARGETS = {
+    "BM_cuda_sparse_mla_decode_fp8_fast": "first target >= 150 TFLOP/s (H100)",
+    "BM_cuda_sparse_mla_prefill_bf16_fast": "first target >= 250 TFLOP/s (H100)",
+    "BM_cuda_lightning_indexer_fp8_fast": "first target >= 300 TFLOP/s at m >= 64, <= 20 us for m = 1 over 128K keys (H100)",
+}
+
 # benchmark family -> (kernel, anchor key)
 FAMILIES = {
     "BM_cuda_hadamard_bf16": ("hadamard_transform bf16", "hadamard"),
@@ -77,16 +85,27 @@ FAMILIES = {
     "BM_cuda_act_dequant_bf16": ("act_dequant e4m3 -> bf16", "memory_bound"),
     "BM_cuda_weight_quant_bf16": ("weight_quant bf16 -> e4m3", "memory_bound"),
     "BM_cuda_weight_dequant_bf16": ("weight_dequant e4m3 -> bf16", "memory_bound"),
-    "BM_cuda_lightning_indexer_fp8": ("lightning_indexer_scores fp8", "lightning_indexer"),
-    "BM_cuda_lightning_indexer_paged_fp8": ("lightning_indexer_scores_paged fp8", "lightning_indexer"),
+    "BM_cuda_lightning_indexer_fp8": ("lightning_indexer_scores fp8 (exact)", "lightning_indexer"),
+    "BM_cuda_lightning_indexer_fp8_fast": ("lightning_indexer_scores fp8 (fast, tensor cores)", "lightning_indexer"),
+    "BM_cuda_lightning_indexer_paged_fp8": ("lightning_indexer_scores_paged fp8 (exact)", "lightning_indexer"),
+    "BM_cuda_lightning_indexer_paged_fp8_fast": ("lightning_indexer_scores_paged fp8 (fast, tensor cores)",
+                                                 "lightning_indexer"),
     "BM_cuda_topk_indices": ("topk_indices k=2048", "memory_bound"),
     "BM_cuda_gather_rows_fp8": ("gather_rows 656-byte rows", "memory_bound"),
-    "BM_cuda_sparse_mla_decode_bf16": ("sparse_mla_attention decode, bf16 cache", "sparse_mla_decode_bf16"),
-    "BM_cuda_sparse_mla_decode_fp8": ("sparse_mla_attention decode, FP8 cache", "sparse_mla_decode_fp8"),
-    "BM_cuda_sparse_mla_prefill_bf16": ("sparse_mla_attention prefill, bf16 cache", "sparse_mla_prefill"),
+    "BM_cuda_sparse_mla_decode_bf16": ("sparse_mla_attention decode, bf16 cache (exact)", "sparse_mla_decode_bf16"),
+    "BM_cuda_sparse_mla_decode_bf16_fast": ("sparse_mla_attention decode, bf16 cache (fast, tensor cores)",
+                                            "sparse_mla_decode_bf16"),
+    "BM_cuda_sparse_mla_decode_fp8": ("sparse_mla_attention decode, FP8 cache (exact)", "sparse_mla_decode_fp8"),
+    "BM_cuda_sparse_mla_decode_fp8_fast": ("sparse_mla_attention decode, FP8 cache (fast, tensor cores)",
+                                           "sparse_mla_decode_fp8"),
+    "BM_cuda_sparse_mla_prefill_bf16": ("sparse_mla_attention prefill, bf16 cache (exact)", "sparse_mla_prefill"),
+    "BM_cuda_sparse_mla_prefill_bf16_fast": ("sparse_mla_attention prefill, bf16 cache (fast, tensor cores)",
+                                             "sparse_mla_prefill"),
     "BM_cuda_linear_bf16_cublas": ("linear bf16 (cuBLAS)", None),
     "BM_cuda_linear_bf16_simt": ("linear bf16 (dsa's SIMT kernel, fp32 FMA)", None),
     "BM_cuda_fp8_linear": ("fp8_linear (exact, fp64 FMA)", "fp8_linear"),
+    "BM_cuda_fp8_linear_cublaslt": ("fp8_linear (cuBLASLt block-scaled FP8)", "fp8_linear"),
+    "BM_cuda_fp8_linear_fast": ("fp8_linear (fast path, default choice)", "fp8_linear"),
 }
 
 
@@ -199,6 +218,8 @@ def gpu_report(results_dir):
                 anchor_str = "none published (DeepGEMM FP8 tensor-core kernel)"
             else:
                 anchor_str = f"{anchor['value']:g} {anchor['unit']} ({anchor['device']})"
+            if fam in TARGETS:
+                anchor_str += "; " + TARGETS[fam]
             out.append(f"| {kernel} | {shape_str(b)} | {time_str(seconds(b))} | {num(b.get('TFLOP/s'), '.2f')} | "
                        f"{num(b.get('GB/s'), '.0f')} | {peak} | {pct(b.get('of_copy'))} | {anchor_str} |")
     out += ["", "Anchors and their sources:", ""]

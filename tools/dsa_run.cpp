@@ -3,7 +3,7 @@
 //
 //   dsa_run --model DIR (--prompt-ids "1 2 3" | --prompt-file F) --max-new-tokens N [--batch B]
 //           [--backend cpu|cuda] [--threads T] [--fp8-dot exact|fp32] [--fp8-pack on|off]
-//           [--cuda-linear cublas|simt]
+//           [--cuda-linear cublas|simt] [--cuda-kernels exact|fast]
 //           [--temperature X [--top-p P] [--seed S]] [--stop-at-eos] [--quiet]
 //
 // Greedy (argmax, ties to the smaller id) unless --temperature X > 0 is given; sampling is
@@ -60,7 +60,7 @@ using clock_type = std::chrono::steady_clock;
 const char* const usage_text =
     "usage: dsa_run --model DIR (--prompt-ids \"1 2 3\" | --prompt-file F) [--max-new-tokens N] [--batch B]\n"
     "               [--backend cpu|cuda] [--threads T] [--fp8-dot MODE] [--fp8-pack on|off]\n"
-    "               [--cuda-linear cublas|simt]\n"
+    "               [--cuda-linear cublas|simt] [--cuda-kernels exact|fast]\n"
     "               [--temperature X] [--top-p P] [--seed S] [--stop-at-eos] [--quiet]\n"
     "\n"
     "Runs a DeepSeek-V3.2 checkpoint (config.json + safetensors, Hugging Face layout) with dsa's\n"
@@ -82,6 +82,9 @@ const char* const usage_text =
     "  --fp8-pack on|off    pack the FP8 weights for the CPU kernels at load (default on: same\n"
     "                       results, faster decode, a second copy of the FP8 weights in memory)\n"
     "  --cuda-linear P      dsa::linear on the GPU: cublas (default) or simt (dsa's own kernel)\n"
+    "  --cuda-kernels K     the indexer's and sparse MLA attention's kernels on the GPU: fast\n"
+    "                       (default: tensor cores where the GPU has them) or exact (the SIMT\n"
+    "                       kernels, bit-identical with the CPU's ops)\n"
     "  --temperature X      sample at temperature X > 0; 0 or absent: greedy\n"
     "  --top-p P            nucleus sampling mass, 0 < P <= 1 (default 1; needs --temperature)\n"
     "  --seed S             sampling seed (default 0)\n"
@@ -109,6 +112,7 @@ struct options {
   int threads = 0;
   std::optional<dsa::fp8_dot> fp8_dot;
   std::optional<std::string> cuda_linear;
+  std::optional<std::string> cuda_kernels;
   std::optional<bool> fp8_pack;  ///< --fp8-pack (cpu_backend::pack_fp8_weights; on by default)
   double temperature = 0.0;
   std::optional<double> top_p;
@@ -210,6 +214,9 @@ options parse_args(int argc, char** argv) {
     } else if (a == "--cuda-linear") {
       if (v != "cublas" && v != "simt") dsa_tools::usage_fail(a, v, "cublas or simt");
       o.cuda_linear = v;
+    } else if (a == "--cuda-kernels") {
+      if (v != "exact" && v != "fast") dsa_tools::usage_fail(a, v, "exact or fast");
+      o.cuda_kernels = v;
     } else if (a == "--threads") {
       o.threads = static_cast<int>(dsa_tools::parse_int(a, v, 1, 4096));
     } else if (a == "--fp8-dot") {
@@ -251,6 +258,7 @@ options parse_args(int argc, char** argv) {
     throw usage_error{"--threads, --fp8-dot and --fp8-pack set the CPU backend; drop them with --backend cuda"};
   }
   if (o.backend == "cpu" && o.cuda_linear) throw usage_error{"--cuda-linear applies to --backend cuda"};
+  if (o.backend == "cpu" && o.cuda_kernels) throw usage_error{"--cuda-kernels applies to --backend cuda"};
   return o;
 }
 
@@ -577,12 +585,14 @@ int main(int argc, char** argv) {
       }
       dsa::cuda_backend be{};
       if (o.cuda_linear == "simt") be.linear = dsa::cuda_linear_path::simt;
+      if (o.cuda_kernels) be.kernels = *o.cuda_kernels == "exact" ? dsa::cuda_kernel_path::exact : dsa::cuda_kernel_path::fast;
       int device = 0;
       cudaDeviceProp prop{};
       DSA_CUDA_CHECK(cudaGetDevice(&device));
       DSA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
       return run(o, be, "backend: cuda (" + dsa::escape_for_terminal(prop.name) + ", sm_" + std::to_string(prop.major) +
-                            std::to_string(prop.minor) + "); linear: " + (o.cuda_linear.value_or("cublas")));
+                            std::to_string(prop.minor) + "); linear: " + (o.cuda_linear.value_or("cublas")) +
+                            "; kernels: " + dsa::cuda_kernel_path_name(be.kernels));
 #else
       std::cerr << "dsa_run: --backend cuda: this dsa_run was built without the CUDA backend (configure with "
                    "-DDSA_ENABLE_CUDA=ON, e.g. the cuda preset)\n";

@@ -4,8 +4,9 @@
 // expected.safetensors) through dsa::model::transformer under the golden README's criteria.
 //
 //   dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N] [--fp8-dot M]
+//                                 [--cuda-kernels exact|fast]
 //   dsa_validate --model DIR      [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N] [--fp8-dot M]
-//                                 [--cuda-linear cublas|simt]
+//                                 [--cuda-linear cublas|simt] [--cuda-kernels exact|fast]
 //
 // Exit codes: 0 every group (every check) ran and passed; 1 a comparison failed (or the backend
 // failed while running a group, or the model's logits went NaN or infinite); 2 usage, I/O or a malformed file (including a group that lacks a
@@ -56,8 +57,9 @@ constexpr int exit_no_device = 77;  ///< --backend cuda without a GPU: the Autom
 
 const char* const usage_text =
     "usage: dsa_validate FILE.safetensors [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N] [--fp8-dot M]\n"
+    "                                     [--cuda-kernels exact|fast]\n"
     "       dsa_validate --model DIR      [--backend cpu|cuda] [--dump OUT.safetensors] [--threads N] [--fp8-dot M]\n"
-    "                                     [--cuda-linear cublas|simt]\n"
+    "                                     [--cuda-linear cublas|simt] [--cuda-kernels exact|fast]\n"
     "\n"
     "Runs every case group found in FILE (hadamard, hadamard_f32, act_quant, weight_quant, indexer,\n"
     "topk, sparse_mla, kl_dense, kl_sparse) through dsa's ops and compares with the file's expected\n"
@@ -73,6 +75,10 @@ const char* const usage_text =
     "                       docs/decisions.md); --backend cpu only\n"
     "  --cuda-linear P      the CUDA model's dsa::linear: cublas (default) or simt (dsa's own kernel,\n"
     "                       no cuBLAS: what compute-sanitizer initcheck can follow); --model with\n"
+    "                       --backend cuda only\n"
+    "  --cuda-kernels K     the CUDA backend's kernels of the ops that have two (the lightning indexer's\n"
+    "                       FP8 scores, sparse MLA attention): fast (default: tensor cores where the\n"
+    "                       GPU has them) or exact (the SIMT kernels, bit-identical with the CPU);\n"
     "                       --backend cuda only\n"
     "  --dump OUT           write the inputs and the computed outputs, under the expected outputs'\n"
     "                       names, to OUT (a golden-format file; written to a new temporary file\n"
@@ -94,6 +100,7 @@ struct options {
   int threads = 0;
   std::optional<dsa::fp8_dot> fp8_dot;  ///< --fp8-dot (else the backend's default)
   std::string cuda_linear;              ///< --cuda-linear (empty: cublas)
+  std::string cuda_kernels;             ///< --cuda-kernels (empty: fast)
   std::vector<std::filesystem::path> inputs;  ///< every file the run reads (set by run() for --dump)
 };
 
@@ -151,6 +158,11 @@ options parse_args(int argc, char** argv) {
       if (o.cuda_linear != "cublas" && o.cuda_linear != "simt") {
         throw usage_error{"--cuda-linear = " + dsa::quoted(o.cuda_linear) + "; expected cublas or simt"};
       }
+    } else if (a == "--cuda-kernels") {
+      o.cuda_kernels = value(i, a);
+      if (o.cuda_kernels != "exact" && o.cuda_kernels != "fast") {
+        throw usage_error{"--cuda-kernels = " + dsa::quoted(o.cuda_kernels) + "; expected exact or fast"};
+      }
     } else if (a.size() > 1 && a[0] == '-') {
       throw usage_error{"unknown option " + dsa::quoted(a)};
     } else if (have_file) {
@@ -177,8 +189,25 @@ options parse_args(int argc, char** argv) {
     throw usage_error{"--cuda-linear with " + (o.model.empty() ? std::string("a primitives file") : "--backend " + o.backend) +
                       "; it selects the kernels of dsa::linear in the CUDA model replay (--model DIR --backend cuda)"};
   }
+  if (!o.cuda_kernels.empty() && o.backend != "cuda") {
+    throw usage_error{"--cuda-kernels with --backend " + o.backend +
+                      "; it selects the CUDA backend's kernels (drop it, or use --backend cuda)"};
+  }
   return o;
 }
+
+#ifdef DSA_VALIDATE_CUDA
+/// The kernels of --cuda-kernels (dsa::default_cuda_kernel_path without it).
+dsa::cuda_kernel_path cuda_kernels_of(const options& o) {
+  if (o.cuda_kernels.empty()) return dsa::default_cuda_kernel_path;
+  return o.cuda_kernels == "exact" ? dsa::cuda_kernel_path::exact : dsa::cuda_kernel_path::fast;
+}
+
+/// ", exact kernels" or ", fast kernels" for the report's first line.
+std::string cuda_kernels_description(const options& o) {
+  return std::string(", ") + dsa::cuda_kernel_path_name(cuda_kernels_of(o)) + " kernels";
+}
+#endif
 
 std::string format_number(double v) {
   std::ostringstream os;
@@ -346,12 +375,12 @@ int run_model(const options& o) {
   dsa_validate::model_case_result r;
 #ifdef DSA_VALIDATE_CUDA
   if (o.backend == "cuda") {  // (without DSA_VALIDATE_CUDA, run() has refused --backend cuda)
-    header("cuda (" + dsa_validate::cuda_device_description() + ")" +
+    header("cuda (" + dsa_validate::cuda_device_description() + ")" + cuda_kernels_description(o) +
            (o.cuda_linear == "simt" ? ", dsa::linear on dsa's SIMT kernel" : ""));
     try {
       r = dsa_validate::run_model_case_cuda(
           dir, o.cuda_linear == "simt" ? dsa::cuda_linear_path::simt : dsa::cuda_linear_path::cublas,
-          !o.dump.empty());
+          cuda_kernels_of(o), !o.dump.empty());
     } catch (const dsa_validate::backend_error& e) {
       std::cout << padded("model", 20) << "FAIL  " << e.what() << "\n";
       return exit_fail;
@@ -510,7 +539,8 @@ int run(options o) {
   }
 #ifdef DSA_VALIDATE_CUDA
   if (o.backend == "cuda") {
-    return run_primitives(o, f, groups, dsa_validate::cuda_executor{}, "cuda (" + dsa_validate::cuda_device_description() + ")");
+    return run_primitives(o, f, groups, dsa_validate::cuda_executor{nullptr, cuda_kernels_of(o)},
+                          "cuda (" + dsa_validate::cuda_device_description() + ")" + cuda_kernels_description(o));
   }
 #endif
   const dsa::cpu_backend be = cpu_backend_of(o);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command for a borrowed GPU: build every CUDA target (or reuse the build), run every CUDA test,
-# dsa_validate --backend cuda on the golden primitives and the tiny model, the CUDA benchmarks with
-# their report, and with --sanitize every CUDA test under compute-sanitizer (memcheck, racecheck,
+# dsa_validate --backend cuda on the golden primitives and the tiny model (with --cuda-kernels
+# exact, the default, and fast), the CUDA benchmarks with their report (exact and
+# fast rows), and with --sanitize every CUDA test under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck). docs/cuda.md, "On a GPU machine".
 #
 #   tools/gpu_check.sh [options] OUTDIR
@@ -157,8 +158,13 @@ if has_step test; then
 fi
 
 if has_step validate; then
+  # The exact kernels (the default) and the fast ones: both must pass the golden criteria.
   run_step validate_primitives "$build/tools/dsa_validate" "$root/tests/data/primitives.safetensors" --backend cuda
   run_step validate_tiny_model "$build/tools/dsa_validate" --model "$root/tests/data/tiny-dsv32" --backend cuda
+  run_step validate_primitives_fast "$build/tools/dsa_validate" "$root/tests/data/primitives.safetensors" \
+    --backend cuda --cuda-kernels fast
+  run_step validate_tiny_model_fast "$build/tools/dsa_validate" --model "$root/tests/data/tiny-dsv32" --backend cuda \
+    --cuda-kernels fast
 fi
 
 if has_step bench; then

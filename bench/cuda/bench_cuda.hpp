@@ -67,7 +67,22 @@ class session {
     if (with_blas && !blas_) blas_ = std::make_unique<dsa::cublas_handle>();
     return cuda_backend{stream_, with_blas ? blas_->get() : nullptr};
   }
+  /// The backend running `kernels` for the ops that have an exact and a fast kernel (each
+  /// benchmark of those ops names which it measures).
+  cuda_backend backend(dsa::cuda_kernel_path kernels) {
+    cuda_backend be = backend();
+    be.kernels = kernels;
+    return be;
+  }
   cublasHandle_t blas() { return backend(true).blas; }
+  /// The backend of fp8_linear's tensor-core path: cuBLAS and cuBLASLt handles, kernels fast.
+  cuda_backend fast_backend() {
+    cuda_backend be = backend(true);
+    if (!blaslt_) blaslt_ = std::make_unique<dsa::cublaslt_handle>();
+    be.kernels = dsa::cuda_kernel_path::fast;
+    be.blaslt = blaslt_->get();
+    return be;
+  }
   void synchronize() const { DSA_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   session(const session&) = delete;
@@ -76,11 +91,13 @@ class session {
  private:
   session() { DSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
   ~session() {
+    blaslt_.reset();
     blas_.reset();
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);  // at exit: nothing to report to
   }
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<dsa::cublas_handle> blas_;
+  std::unique_ptr<dsa::cublaslt_handle> blaslt_;
 };
 
 // ---- the machine limits -------------------------------------------------------------------------

@@ -5,12 +5,15 @@
 //    prefill chunk at the end of an n-token context with causal ranges; n = 8K, 32K, 128K;
 //  - the paged cache (lightning_indexer_scores_paged, 132-byte rows, 64-token blocks): m = 1 and
 //    64 decode rows, each its own sequence of n tokens in its own shuffled blocks.
+// Each shape twice: the exact kernel (BM_..., fp32 FMAs on the CUDA cores, exact e4m3 products in
+// the CPU's summation order; of_peak against the fp32 FMA probe) and the fast one (BM_..._fast:
+// e4m3 converted exactly to f16, f16 mma.sync on the tensor cores; of_peak against the cuBLAS
+// bf16 GEMM probe, the tensor cores' practical 16-bit peak measured in the same run).
 // TFLOP/s counts the q.k dot products of the in-range (row, key) pairs, 2 * 64 * 128 per pair
 // (as the CPU benchmark and every indexer paper count them; the ReLU-weighted head sum adds 2 * 64
 // more). GB/s counts keys (codes and scales) read once, q and w read once, and the full score
-// rows written (-inf outside the ranges). The kernel computes with fp32 FMAs on the CUDA cores
-// (exact e4m3 products, the CPU's summation order), so of_peak is against the fp32 FMA probe;
-// DeepGEMM's kernels use the FP8 tensor cores instead.
+// rows written (-inf outside the ranges). DeepGEMM's kernels use the FP8 tensor cores (wgmma) and
+// publish no figure for these kernels.
 #include <benchmark/benchmark.h>
 
 #include <vector>
@@ -26,6 +29,12 @@ constexpr index_t kHeads = 64;
 constexpr index_t kDim = 128;
 constexpr index_t kBlock = 64;
 constexpr double kFlopsPerPair = 2.0 * kHeads * kDim;
+
+/// The unit whose measured peak of_peak divides by: the CUDA cores' fp32 FMAs for the exact
+/// kernel, the tensor cores (the cuBLAS bf16 GEMM probe; f16 runs at the bf16 rate) for the fast one.
+unit unit_of(dsa::cuda_kernel_path kernels) {
+  return kernels == dsa::cuda_kernel_path::fast ? unit::bf16_tensor : unit::fp32_fma;
+}
 
 struct queries {
   dsa::device_buffer<fp8_e4m3> q;  // [m, kHeads, kDim]
@@ -43,7 +52,7 @@ struct queries {
 };
 
 // Args: query rows m, keys n.
-void BM_cuda_lightning_indexer_fp8(benchmark::State& state) {
+void run_indexer(benchmark::State& state, dsa::cuda_kernel_path kernels) {
   guarded(state, [&] {
     const index_t m = state.range(0), n = state.range(1);
     const queries in(m, n, /*causal=*/m > 64);
@@ -56,21 +65,26 @@ void BM_cuda_lightning_indexer_fp8(benchmark::State& state) {
     const auto sv = k_scale.view();
     const auto rv = in.ranges.view({m, 2});
     const auto out = scores.view({m, n});
-    const cuda_backend be = session::get().backend();
+    const cuda_backend be = session::get().backend(kernels);
     const double t = timed_loop(state, [&] { dsa::lightning_indexer_scores(be, qv, wv, kv, sv, rv, out); });
     const double bytes = static_cast<double>(n) * (kDim + 4) + in.bytes(m) + 4.0 * static_cast<double>(m * n);
-    set_counters(state, t, kFlopsPerPair * static_cast<double>(in.pairs), bytes, unit::fp32_fma);
+    set_counters(state, t, kFlopsPerPair * static_cast<double>(in.pairs), bytes, unit_of(kernels));
   });
 }
-BENCHMARK(BM_cuda_lightning_indexer_fp8)
-    ->ArgNames({"m", "n"})
-    ->ArgsProduct({{1, 64, 4096}, {8 * 1024, 32 * 1024, 128 * 1024}})
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond)
-    ->MinTime(0.1);
+void BM_cuda_lightning_indexer_fp8(benchmark::State& state) { run_indexer(state, dsa::cuda_kernel_path::exact); }
+void BM_cuda_lightning_indexer_fp8_fast(benchmark::State& state) { run_indexer(state, dsa::cuda_kernel_path::fast); }
+#define DSA_INDEXER_SHAPES                                        \
+  ArgNames({"m", "n"})                                            \
+      ->ArgsProduct({{1, 64, 4096}, {8 * 1024, 32 * 1024, 128 * 1024}}) \
+      ->UseManualTime()                                           \
+      ->Unit(benchmark::kMicrosecond)                             \
+      ->MinTime(0.1)
+BENCHMARK(BM_cuda_lightning_indexer_fp8)->DSA_INDEXER_SHAPES;
+BENCHMARK(BM_cuda_lightning_indexer_fp8_fast)->DSA_INDEXER_SHAPES;
+#undef DSA_INDEXER_SHAPES
 
 // Args: decode rows m (each a sequence of its own), context n (a multiple of 64).
-void BM_cuda_lightning_indexer_paged_fp8(benchmark::State& state) {
+void run_indexer_paged(benchmark::State& state, dsa::cuda_kernel_path kernels) {
   guarded(state, [&] {
     const index_t m = state.range(0), n = state.range(1);
     const index_t blocks_per_row = n / kBlock;
@@ -102,19 +116,28 @@ void BM_cuda_lightning_indexer_paged_fp8(benchmark::State& state) {
     const auto tv = block_table.view({m, blocks_per_row});
     const auto rv = in.ranges.view({m, 2});
     const auto out = scores.view({m, n});
-    const cuda_backend be = session::get().backend();
+    const cuda_backend be = session::get().backend(kernels);
     const double t =
         timed_loop(state, [&] { dsa::lightning_indexer_scores_paged(be, qv, wv, cv, tv, kBlock, rv, out); });
     const double bytes = static_cast<double>(m * n) * dsa::indexer_cache_row_bytes + 4.0 * static_cast<double>(table.size()) +
                          in.bytes(m) + 4.0 * static_cast<double>(m * n);
-    set_counters(state, t, kFlopsPerPair * static_cast<double>(in.pairs), bytes, unit::fp32_fma);
+    set_counters(state, t, kFlopsPerPair * static_cast<double>(in.pairs), bytes, unit_of(kernels));
   });
 }
-BENCHMARK(BM_cuda_lightning_indexer_paged_fp8)
-    ->ArgNames({"m", "n"})
-    ->ArgsProduct({{1, 64}, {8 * 1024, 32 * 1024, 128 * 1024}})
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond)
-    ->MinTime(0.1);
+void BM_cuda_lightning_indexer_paged_fp8(benchmark::State& state) {
+  run_indexer_paged(state, dsa::cuda_kernel_path::exact);
+}
+void BM_cuda_lightning_indexer_paged_fp8_fast(benchmark::State& state) {
+  run_indexer_paged(state, dsa::cuda_kernel_path::fast);
+}
+#define DSA_INDEXER_PAGED_SHAPES                                \
+  ArgNames({"m", "n"})                                          \
+      ->ArgsProduct({{1, 64}, {8 * 1024, 32 * 1024, 128 * 1024}}) \
+      ->UseManualTime()                                         \
+      ->Unit(benchmark::kMicrosecond)                           \
+      ->MinTime(0.1)
+BENCHMARK(BM_cuda_lightning_indexer_paged_fp8)->DSA_INDEXER_PAGED_SHAPES;
+BENCHMARK(BM_cuda_lightning_indexer_paged_fp8_fast)->DSA_INDEXER_PAGED_SHAPES;
+#undef DSA_INDEXER_PAGED_SHAPES
 
 }  // namespace

@@ -8,9 +8,11 @@
 // TFLOP/s counts 2 * s * h * k * (d_qk + d_v), the two matrix products over every selected entry,
 // exactly as FlashMLA's tests/lib.py counts its sparse kernels (the anchors: 410 TFLOP/s sparse
 // FP8 decode, 640 TFLOP/s sparse prefill, H800 SXM5). GB/s counts every distinct selected row
-// read once, q, the indices, out and lse moved once. The kernel computes in fp32 on the CUDA cores
-// (no tensor cores), so of_peak is against the fp32 FMA probe; the report relates it to the
-// anchors and to the cuBLAS bf16 GEMM probe too.
+// read once, q, the indices, out and lse moved once. Every shape twice: the exact kernel (BM_...,
+// fp32 on the CUDA cores; of_peak against the fp32 FMA probe) and the fast one (BM_..._fast: bf16
+// mma.sync on the tensor cores; of_peak against the cuBLAS bf16 GEMM probe, the tensor cores'
+// practical peak measured in the same run). Both take the library's split heuristic
+// (sparse_mla_attention_num_splits) for split 0, what an engine gets by default.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -75,7 +77,7 @@ struct selection {
 
 template <class KV>
 void run_sparse_mla(benchmark::State& state, const dsa::device_buffer<KV>& cache, index_t row_elems, index_t s,
-                    index_t split_arg, bool prefill) {
+                    index_t split_arg, bool prefill, dsa::cuda_kernel_path kernels) {
   const selection sel(s, prefill);
   const dsa::device_buffer<bf16> q = random_buffer<bf16>(s * kHeads * kDqk, 44, -1.7f, 1.7f);
   dsa::device_buffer<bf16> out(s * kHeads * kDv);
@@ -91,24 +93,35 @@ void run_sparse_mla(benchmark::State& state, const dsa::device_buffer<KV>& cache
   const auto ov = out.view({s, kHeads, kDv});
   const auto lv = lse.view({s, kHeads});
   const auto wv = workspace.view();
-  const cuda_backend be = session::get().backend();
+  const cuda_backend be = session::get().backend(kernels);
   const double t = timed_loop(state, [&] { dsa::sparse_mla_attention(be, qv, kv, iv, ov, lv, cfg, wv); });
   const double flops = 2.0 * static_cast<double>(s) * kHeads * kTopk * (kDqk + kDv);
   const double row_bytes = static_cast<double>(row_elems) * sizeof(KV);
   const double bytes = static_cast<double>(sel.distinct_rows) * row_bytes + 2.0 * static_cast<double>(q.size()) +
                        4.0 * static_cast<double>(s * kTopk) + 2.0 * static_cast<double>(out.size()) +
                        4.0 * static_cast<double>(lse.size());
-  set_counters(state, t, flops, bytes, unit::fp32_fma);
+  set_counters(state, t, flops, bytes, kernels == dsa::cuda_kernel_path::fast ? unit::bf16_tensor : unit::fp32_fma);
   state.counters["splits"] = static_cast<double>(splits);
 }
 
+constexpr auto kExact = dsa::cuda_kernel_path::exact;
+constexpr auto kFast = dsa::cuda_kernel_path::fast;
+
 // Args: tokens s, split (0: sparse_mla_attention_num_splits with the workspace; 1: one pass).
 void BM_cuda_sparse_mla_decode_bf16(benchmark::State& state) {
-  guarded(state, [&] { run_sparse_mla(state, bf16_cache(), kDqk, state.range(0), state.range(1), false); });
+  guarded(state, [&] { run_sparse_mla(state, bf16_cache(), kDqk, state.range(0), state.range(1), false, kExact); });
 }
 void BM_cuda_sparse_mla_decode_fp8(benchmark::State& state) {
   guarded(state, [&] {
-    run_sparse_mla(state, fp8_cache(), dsa::kv_fp8_row_bytes, state.range(0), state.range(1), false);
+    run_sparse_mla(state, fp8_cache(), dsa::kv_fp8_row_bytes, state.range(0), state.range(1), false, kExact);
+  });
+}
+void BM_cuda_sparse_mla_decode_bf16_fast(benchmark::State& state) {
+  guarded(state, [&] { run_sparse_mla(state, bf16_cache(), kDqk, state.range(0), state.range(1), false, kFast); });
+}
+void BM_cuda_sparse_mla_decode_fp8_fast(benchmark::State& state) {
+  guarded(state, [&] {
+    run_sparse_mla(state, fp8_cache(), dsa::kv_fp8_row_bytes, state.range(0), state.range(1), false, kFast);
   });
 }
 
@@ -120,13 +133,24 @@ void BM_cuda_sparse_mla_decode_fp8(benchmark::State& state) {
       ->MinTime(0.1)
 BENCHMARK(BM_cuda_sparse_mla_decode_bf16)->DSA_SPARSE_MLA_DECODE_SHAPES;
 BENCHMARK(BM_cuda_sparse_mla_decode_fp8)->DSA_SPARSE_MLA_DECODE_SHAPES;
+BENCHMARK(BM_cuda_sparse_mla_decode_bf16_fast)->DSA_SPARSE_MLA_DECODE_SHAPES;
+BENCHMARK(BM_cuda_sparse_mla_decode_fp8_fast)->DSA_SPARSE_MLA_DECODE_SHAPES;
 #undef DSA_SPARSE_MLA_DECODE_SHAPES
 
 // Arg: tokens s (the split count is sparse_mla_attention_num_splits').
 void BM_cuda_sparse_mla_prefill_bf16(benchmark::State& state) {
-  guarded(state, [&] { run_sparse_mla(state, bf16_cache(), kDqk, state.range(0), 0, true); });
+  guarded(state, [&] { run_sparse_mla(state, bf16_cache(), kDqk, state.range(0), 0, true, kExact); });
+}
+void BM_cuda_sparse_mla_prefill_bf16_fast(benchmark::State& state) {
+  guarded(state, [&] { run_sparse_mla(state, bf16_cache(), kDqk, state.range(0), 0, true, kFast); });
 }
 BENCHMARK(BM_cuda_sparse_mla_prefill_bf16)
+    ->ArgName("s")
+    ->Arg(4096)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.1);
+BENCHMARK(BM_cuda_sparse_mla_prefill_bf16_fast)
     ->ArgName("s")
     ->Arg(4096)
     ->UseManualTime()

@@ -17,6 +17,7 @@
 #include "dsa/cuda/memory.cuh"
 
 #include "dsa/cuda/arch/fp8.cuh"
+#include "dsa/cuda/arch/mma.cuh"
 #include "dsa/cuda/arch/warp.cuh"
 
 #include "dsa/cuda/launch.cuh"

@@ -182,6 +182,44 @@ def threads_arg(op: str, threads: Optional[int]) -> int:
     return int_arg(op, "threads", threads, 0, MAX_THREADS, "None, " + _THREADS)
 
 
+# The CUDA backend's kernels of the ops that have two (docs/python.md, "CUDA tensors").
+KERNELS = ("fast", "exact")
+_KERNELS = "'fast' (tensor cores where the GPU has them) or 'exact' (the SIMT kernels, the CPU's bits)"
+# The default is the C++ dsa::default_cuda_kernel_path (dsa/cuda/backend.hpp): exact until the
+# fast kernels have run on a GPU.
+_default_kernels = "exact"
+
+
+def _kernels_value(op: str, name: str, v: Any, expected: str) -> str:
+    v = str_arg(op, name, v, expected)
+    if v not in KERNELS:
+        fail(op, name, show(v), expected)
+    return v
+
+
+def set_cuda_kernels(kernels: str) -> None:
+    """Sets the kernels the CUDA backend runs, when ``kernels=`` is not given, for the ops that
+    have two (lightning_indexer_scores on float8 arrays, lightning_indexer_scores_paged,
+    sparse_mla_attention): 'fast' (tensor cores where the GPU has them and the call fits them) or
+    'exact' (the default: the SIMT kernels, bit-identical with the CPU backend). CPU arrays
+    have one set of kernels and are not affected."""
+    global _default_kernels
+    _default_kernels = _kernels_value("set_cuda_kernels", "kernels", kernels, _KERNELS)
+
+
+def get_cuda_kernels() -> str:
+    """The kernels used when ``kernels=`` is not given: 'fast' or 'exact'."""
+    return _default_kernels
+
+
+def kernels_arg(op: str, kernels: Optional[str]) -> str:
+    """The ``kernels=`` of a call: None for set_cuda_kernels' choice, else 'fast' or 'exact'
+    (accepted for CPU arrays too, which have only the one)."""
+    if kernels is None:
+        return _default_kernels
+    return _kernels_value(op, "kernels", kernels, "None, " + _KERNELS)
+
+
 def _torch():
     """The torch module if the program imported it (dsa never imports torch itself)."""
     return sys.modules.get("torch")

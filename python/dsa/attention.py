@@ -12,7 +12,8 @@ _MAX_SPLITS = int(_core.sparse_mla_max_splits)
 
 def sparse_mla_attention(q: Any, kv: Any, indices: Any, softmax_scale: float, *, d_v: int = 512,
                          out_dtype: Any = "float32", return_probs: bool = False, num_splits: int = 1,
-                         out: Any = None, threads: Optional[int] = None, stream: Any = None):
+                         out: Any = None, threads: Optional[int] = None, stream: Any = None,
+                         kernels: Optional[str] = None):
     """MQA-mode sparse attention of every head over the kv rows its token selected.
 
     q [s, h, d_qk] bfloat16; kv [n, d_qk] bfloat16, or [n, 656] uint8 FlashMLA FP8 cache rows
@@ -23,8 +24,10 @@ def sparse_mla_attention(q: Any, kv: Any, indices: Any, softmax_scale: float, *,
     without a used entry gives out 0 and lse +inf. With ``return_probs`` also probs [s, k] =
     the head sum of P at each entry (0 for unused ones), the indexer KL loss's target.
     ``num_splits`` > 1 cuts each token's entries into partial passes merged in order (the CUDA
-    backend's split-k; the CPU computes one pass). Returns ``(out, lse)`` or
-    ``(out, lse, probs)``; ``out=`` takes the same tuple.
+    backend's split-k; the CPU computes one pass). ``kernels`` picks the CUDA backend's kernels
+    for CUDA arrays: 'fast' (tensor cores, checked against the exact kernel with FlashMLA's
+    criteria) or 'exact'; None: dsa.set_cuda_kernels' choice ('exact' by default). Returns
+    ``(out, lse)`` or ``(out, lse, probs)``; ``out=`` takes the same tuple.
     """
     op = "sparse_mla_attention"
     softmax_scale = A.real_arg(op, "softmax_scale", softmax_scale)
@@ -33,6 +36,7 @@ def sparse_mla_attention(q: Any, kv: Any, indices: Any, softmax_scale: float, *,
     return_probs = A.flag_arg(op, "return_probs", return_probs)
     out_dtype = A.dtype_name(out_dtype, op, "out_dtype")
     threads = A.threads_arg(op, threads)
+    kernels = A.kernels_arg(op, kernels)
     with A.launch(op, q, stream) as st:
         names = ("out", "lse", "probs") if return_probs else ("out", "lse")
         outs = A.outputs(op, out, names)
@@ -54,7 +58,7 @@ def sparse_mla_attention(q: Any, kv: Any, indices: Any, softmax_scale: float, *,
             size = _core.sparse_mla_attention_workspace_size(s, h, d_v, num_splits)
             workspace = A.empty(op, "workspace", (size,), "uint8", q)
         _core.sparse_mla_attention(A.core(q), A.core(kv), A.core(indices), A.core(o), A.core(lse), A.core(probs),
-                                   A.core(workspace), softmax_scale, d_v, num_splits, threads, st)
+                                   A.core(workspace), softmax_scale, d_v, num_splits, threads, st, kernels)
     return (o, lse, probs) if return_probs else (o, lse)
 
 

@@ -30,7 +30,7 @@ _BLOCK = "an integer in [1, 2^63 - 1] (cache slots per block)"
 
 
 def lightning_indexer_scores(q: Any, w: Any, k: Any, k_scale: Any = None, ranges: Any = None, *, out: Any = None,
-                             threads: Optional[int] = None, stream: Any = None) -> Any:
+                             threads: Optional[int] = None, stream: Any = None, kernels: Optional[str] = None) -> Any:
     """Index scores ``I[t, s] = k_scale[s] * sum_h w[t, h] * relu(q[t, h] . k[s])``.
 
     q [m, H, d] and k [n, d] are both float8_e4m3fn (inference) or both float32 (training);
@@ -38,9 +38,13 @@ def lightning_indexer_scores(q: Any, w: Any, k: Any, k_scale: Any = None, ranges
     None); ranges [m, 2] int32 (start, end) per row, causal when None (row t, at position
     n - m + t, sees [0, n - m + t + 1)). Dot products in fp32, ReLU before weighting, k_scale
     after the head sum; -inf outside each row's range. Returns scores [m, n] float32.
+    ``kernels`` picks the CUDA backend's kernels for float8 CUDA arrays: 'fast' (tensor cores,
+    checked against the exact kernel with DeepGEMM's criterion) or 'exact' (bit-identical with
+    the CPU); None: dsa.set_cuda_kernels' choice ('exact' by default).
     """
     op = "lightning_indexer_scores"
     threads = A.threads_arg(op, threads)
+    kernels = A.kernels_arg(op, kernels)
     with A.launch(op, q, stream) as st:
         (scores,) = A.outputs(op, out, ("scores",))
         if scores is None or k_scale is None or ranges is None:
@@ -51,25 +55,27 @@ def lightning_indexer_scores(q: Any, w: Any, k: Any, k_scale: Any = None, ranges
             if scores is None:
                 scores = A.empty(op, "scores", (m, n), "float32", q)
         _core.lightning_indexer_scores(A.core(q), A.core(w), A.core(k), A.core(k_scale), A.core(ranges), A.core(scores),
-                                       threads, st)
+                                       threads, st, kernels)
     return scores
 
 
 def lightning_indexer_scores_paged(q: Any, w: Any, cache: Any, block_table: Any, block_size: int, ranges: Any, *,
                                    n: Optional[int] = None, out: Any = None, threads: Optional[int] = None,
-                                   stream: Any = None) -> Any:
+                                   stream: Any = None, kernels: Optional[str] = None) -> Any:
     """Decode-time index scores over the paged indexer key cache.
 
     q [m, H, 128] e4m3, w [m, H] float32, cache [slots, 132] uint8 rows (indexer_cache_pack),
     block_table [m, max_blocks] int32, ranges [m, 2] of LOGICAL positions. Position p of row t is
     read from slot ``block_table[t, p // block_size] * block_size + p % block_size``. Returns
-    scores [m, n] float32, n = max_blocks * block_size unless given.
+    scores [m, n] float32, n = max_blocks * block_size unless given. ``kernels`` as for
+    lightning_indexer_scores.
     """
     op = "lightning_indexer_scores_paged"
     block_size = A.int_arg(op, "block_size", block_size, 1, A.INT64_MAX, _BLOCK)
     if n is not None:
         n = A.int_arg(op, "n", n, 0, A.INT32_MAX, "None or an integer in [0, 2^31 - 1] (positions are int32)")
     threads = A.threads_arg(op, threads)
+    kernels = A.kernels_arg(op, kernels)
     with A.launch(op, q, stream) as st:
         (scores,) = A.outputs(op, out, ("scores",))
         if scores is None:
@@ -82,7 +88,7 @@ def lightning_indexer_scores_paged(q: Any, w: Any, cache: Any, block_table: Any,
                            "at most 2^31 - 1 score columns (positions are int32): pass n=")
             scores = A.empty(op, "scores", (m, n), "float32", q)
         _core.lightning_indexer_scores_paged(A.core(q), A.core(w), A.core(cache), A.core(block_table), block_size,
-                                             A.core(ranges), A.core(scores), threads, st)
+                                             A.core(ranges), A.core(scores), threads, st, kernels)
     return scores
 
 

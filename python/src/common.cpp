@@ -305,6 +305,13 @@ void check_array(std::string_view op, std::string_view name, std::size_t ndim, c
   }
 }
 
+void check_kernels(std::string_view op, std::string_view kernels) {
+  if (kernels != "fast" && kernels != "exact") {
+    dsa::fail(op, "kernels", dsa::quoted(kernels),
+              "None, 'fast' (tensor cores where the GPU has them) or 'exact' (the SIMT kernels, the CPU's bits)");
+  }
+}
+
 dsa::cpu_backend cpu_backend(int threads, std::string_view op) {
   if (threads < 0 || threads > max_threads) {
     dsa::fail(op, "threads", threads,

@@ -172,18 +172,20 @@ struct cuda_place {
   std::string_view op;
   int device;
   cudaStream_t stream;
+  /// The kernels of the ops that have two (the Python layer's `kernels=`; with_kernels).
+  dsa::cuda_kernel_path kernels = dsa::default_cuda_kernel_path;
 
   template <class F>
   void run(F&& f) const {
     const nb::gil_scoped_release release;
     const device_scope scope(op, device);
-    f(dsa::cuda_backend{stream, nullptr});
+    f(dsa::cuda_backend{stream, nullptr, dsa::cuda_linear_path::cublas, kernels});
   }
   template <class F>
   void run_blas(F&& f) const {
     const nb::gil_scoped_release release;
     const device_scope scope(op, device);
-    f(dsa::cuda_backend{stream, thread_cublas_handle(device)});
+    f(dsa::cuda_backend{stream, thread_cublas_handle(device), dsa::cuda_linear_path::cublas, kernels});
   }
 };
 
@@ -193,6 +195,24 @@ int cuda_device_count() noexcept;
 
 template <class P>
 inline constexpr bool is_cuda_place = !std::is_same_v<typename P::space, dsa::host_space>;
+
+/// Checks a `kernels` argument of the ops with two CUDA kernels ("fast" or "exact"; the Python
+/// layer checked it already, with the same message).
+void check_kernels(std::string_view op, std::string_view kernels);
+
+/// `p` running the kernels `kernels` names ("fast" or "exact"; checked): a CUDA place with its
+/// backend's kernels set, a host place as it is (the CPU has one set of kernels).
+template <class P>
+P with_kernels(const P& p, std::string_view kernels) {
+  check_kernels(p.op, kernels);
+  P c = p;
+#ifdef DSA_PY_CUDA
+  if constexpr (is_cuda_place<P>) {
+    c.kernels = kernels == "exact" ? dsa::cuda_kernel_path::exact : dsa::cuda_kernel_path::fast;
+  }
+#endif
+  return c;
+}
 
 // ---- arrays ---------------------------------------------------------------------------------
 

@@ -11,8 +11,9 @@ namespace {
 
 void sparse_mla_attention(nb::handle q, nb::handle kv, nb::handle indices, nb::handle out_, nb::handle lse,
                           nb::handle probs, nb::handle workspace, float softmax_scale, dsa::index_t d_v,
-                          dsa::index_t num_splits, int threads, std::uintptr_t stream) {
-  on_device_of(q, "sparse_mla_attention", "q", threads, stream, [&](const auto& p) {
+                          dsa::index_t num_splits, int threads, std::uintptr_t stream, std::string_view kernels) {
+  on_device_of(q, "sparse_mla_attention", "q", threads, stream, [&](const auto& place) {
+    const auto p = with_kernels(place, kernels);
     const auto qi = in<dsa::bf16, 3>(p, q, "q");
     const ro_array kva = input_array(kv, p.op, "kv");
     const auto ii = in<std::int32_t, 2>(p, indices, "indices");
@@ -77,7 +78,8 @@ void sparse_mha_attention(nb::handle q, nb::handle k_nope, nb::handle k_rope, nb
 void bind_attention(nb::module_& m) {
   m.def("sparse_mla_attention", &sparse_mla_attention, array("q"), array("kv"), array("indices"),
         array("out"), array("lse"), array("probs"), array("workspace"),
-        nb::arg("softmax_scale"), nb::arg("d_v"), nb::arg("num_splits"), nb::arg("threads"), nb::arg("stream"));
+        nb::arg("softmax_scale"), nb::arg("d_v"), nb::arg("num_splits"), nb::arg("threads"), nb::arg("stream"),
+        nb::arg("kernels"));
   m.attr("sparse_mla_max_splits") = dsa::sparse_mla_max_splits;
   m.def("sparse_mla_attention_workspace_size", &dsa::sparse_mla_attention_workspace_size, nb::arg("s"), nb::arg("h"),
         nb::arg("d_v"), nb::arg("num_splits"));

@@ -15,8 +15,9 @@ namespace dsa_py {
 namespace {
 
 void lightning_indexer_scores(nb::handle q, nb::handle w, nb::handle k, nb::handle k_scale, nb::handle ranges,
-                              nb::handle scores, int threads, std::uintptr_t stream) {
-  on_device_of(q, "lightning_indexer_scores", "q", threads, stream, [&](const auto& p) {
+                              nb::handle scores, int threads, std::uintptr_t stream, std::string_view kernels) {
+  on_device_of(q, "lightning_indexer_scores", "q", threads, stream, [&](const auto& place) {
+    const auto p = with_kernels(place, kernels);
     const ro_array qa = input_array(q, p.op, "q");
     const auto wi = in<float, 2>(p, w, "w");
     const auto si = in<float, 1>(p, k_scale, "k_scale");
@@ -41,8 +42,9 @@ void lightning_indexer_scores(nb::handle q, nb::handle w, nb::handle k, nb::hand
 
 void lightning_indexer_scores_paged(nb::handle q, nb::handle w, nb::handle cache, nb::handle block_table,
                                     dsa::index_t block_size, nb::handle ranges, nb::handle scores, int threads,
-                                    std::uintptr_t stream) {
-  on_device_of(q, "lightning_indexer_scores_paged", "q", threads, stream, [&](const auto& p) {
+                                    std::uintptr_t stream, std::string_view kernels) {
+  on_device_of(q, "lightning_indexer_scores_paged", "q", threads, stream, [&](const auto& place) {
+    const auto p = with_kernels(place, kernels);
     const auto qi = in<dsa::fp8_e4m3, 3>(p, q, "q");
     const auto wi = in<float, 2>(p, w, "w");
     const auto ci = in<std::uint8_t, 2>(p, cache, "cache");
@@ -146,10 +148,10 @@ void indexer_kl_loss_sparse(nb::handle attn, nb::handle index_scores, nb::handle
 
 void bind_indexer(nb::module_& m) {
   m.def("lightning_indexer_scores", &lightning_indexer_scores, array("q"), array("w"), array("k"),
-        array("k_scale"), array("ranges"), array("scores"), nb::arg("threads"), nb::arg("stream"));
+        array("k_scale"), array("ranges"), array("scores"), nb::arg("threads"), nb::arg("stream"), nb::arg("kernels"));
   m.def("lightning_indexer_scores_paged", &lightning_indexer_scores_paged, array("q"), array("w"),
         array("cache"), array("block_table"), nb::arg("block_size"), array("ranges"), array("scores"),
-        nb::arg("threads"), nb::arg("stream"));
+        nb::arg("threads"), nb::arg("stream"), nb::arg("kernels"));
   m.def("lightning_indexer_backward", &lightning_indexer_backward, array("q"), array("w"), array("k"),
         array("k_scale"), array("ranges"), array("grad_scores"), array("grad_q"),
         array("grad_w"), array("grad_k"), nb::arg("threads"), nb::arg("stream"));

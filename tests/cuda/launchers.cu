@@ -252,6 +252,13 @@ void fp8_linear_grid_rows(const dsa::cuda_backend& be, dsa::device_view<const ds
                           dsa::device_view<dsa::bf16, 2> y, dsa::scale_format act_format, index_t max_rows) {
   dsa::cuda_detail::run_fp8_linear(be, x, w, w_scale, y, act_format, max_rows);
 }
+void fp8_linear_bf16_fallback(const dsa::cuda_backend& be, dsa::device_view<const dsa::bf16, 2> x,
+                              dsa::device_view<const dsa::fp8_e4m3, 2> w, dsa::device_view<const float, 2> w_scale,
+                              dsa::device_view<dsa::bf16, 2> y, dsa::scale_format act_format,
+                              dsa::device_view<std::byte, 1> workspace) {
+  dsa::cuda_detail::run_fp8_linear_fast(be, x, w, w_scale, y, act_format, workspace,
+                                        dsa::cuda_detail::fp8_linear_forcing::bf16_fallback);
+}
 void linear_simt_grid_rows(const dsa::cuda_backend& be, dsa::device_view<const dsa::bf16, 2> x,
                            dsa::device_view<const float, 2> w, dsa::device_view<float, 2> y, index_t max_rows) {
   dsa::cuda_detail::run_linear_simt(be, x, w, y, max_rows);

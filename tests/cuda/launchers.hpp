@@ -10,6 +10,7 @@
 // Every launcher needs a CUDA device and throws dsa::cuda_error when the runtime fails.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -82,6 +83,13 @@ const cuda_launchers& cuda_launchers_fast_math();
 void fp8_linear_grid_rows(const dsa::cuda_backend& be, dsa::device_view<const dsa::bf16, 2> x,
                           dsa::device_view<const dsa::fp8_e4m3, 2> w, dsa::device_view<const float, 2> w_scale,
                           dsa::device_view<dsa::bf16, 2> y, dsa::scale_format act_format, dsa::index_t max_rows);
+/// fp8_linear's tensor-core path forced onto its bf16 fallback (dequantized operands, cuBLAS's
+/// bf16 GEMM: dsa::cuda_detail::run_fp8_linear_fast), whatever the GPU; needs be.blas and a
+/// workspace of fp8_linear_workspace_size bytes.
+void fp8_linear_bf16_fallback(const dsa::cuda_backend& be, dsa::device_view<const dsa::bf16, 2> x,
+                              dsa::device_view<const dsa::fp8_e4m3, 2> w, dsa::device_view<const float, 2> w_scale,
+                              dsa::device_view<dsa::bf16, 2> y, dsa::scale_format act_format,
+                              dsa::device_view<std::byte, 1> workspace);
 void linear_simt_grid_rows(const dsa::cuda_backend& be, dsa::device_view<const dsa::bf16, 2> x,
                            dsa::device_view<const float, 2> w, dsa::device_view<float, 2> y, dsa::index_t max_rows);
 

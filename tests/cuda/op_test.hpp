@@ -35,8 +35,15 @@ class test_stream {
   test_stream& operator=(const test_stream&) = delete;
   cudaStream_t get() const { return s_; }
   /// A backend on this stream with no cuBLAS handle (the linear tests and the transformer bring
-  /// one) and the linear path of linear_path_for_tests().
+  /// one), the linear path of linear_path_for_tests() and dsa::default_cuda_kernel_path.
   dsa::cuda_backend backend() const { return dsa::cuda_backend{s_, nullptr, linear_path_for_tests()}; }
+  /// The same with the given kernels: cuda_kernel_path::exact for the tests that hold an op to
+  /// the CPU's bits, both for those that compare the fast kernels with the exact ones.
+  dsa::cuda_backend backend(dsa::cuda_kernel_path kernels) const {
+    dsa::cuda_backend be = backend();
+    be.kernels = kernels;
+    return be;
+  }
 
  private:
   cudaStream_t s_ = nullptr;

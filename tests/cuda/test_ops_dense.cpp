@@ -3,6 +3,8 @@
 // kernel) and fp8_linear, over V3.2's shapes (7168 hidden, 1536 / 512 ranks, 128 heads) and edge
 // cases (strided and broadcast views, in place, ragged tiles, NaN and inf). Tolerances, per op:
 //   bit-identical           norms, fp8_linear (the CPU's summation order / an exact block dot);
+//   calc_diff < 1e-5        fp8_linear's tensor-core path (cuBLASLt's block-scaled FP8, its bf16
+//                           fallback) against the exact kernel, DeepGEMM's measure;
 //   bit-identical but for   rope, swiglu: device double cos/sin/exp/log
 //   rare transcendentals    differ from glibc's by an ulp, which changes the fp32 rounding with
 //                           probability ~2^-28 per value: at most one bf16 ulp on at most 1e-4
@@ -15,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -33,6 +36,7 @@
 #include "dsa/cpu/rope.hpp"
 #include "dsa/cuda/blas.hpp"
 #include "dsa/cuda/error.hpp"
+#include "dsa/cuda/fp8_linear_plan.hpp"
 #include "dsa/cuda/ops.hpp"
 #include "dsa/ops/activation.hpp"
 #include "dsa/ops/linear.hpp"
@@ -314,6 +318,149 @@ void check_fp8_linear(index_t t, index_t in, index_t out, index_t ldx, index_t l
   dsa_test::check_bits_equal("y", dsa_test::download(dy, stream.get()), hy);
 }
 
+// ---- fp8_linear's tensor-core path ---------------------------------------------------------------
+
+/// DeepGEMM's calc_diff (deep_gemm/testing): 1 - 2 sum(x y) / sum(x^2 + y^2), in double.
+template <class O>
+double calc_diff(const std::vector<O>& a, const std::vector<O>& b, index_t t, index_t out, index_t ld) {
+  double xy = 0, sq = 0;
+  for (index_t r = 0; r < t; ++r) {
+    for (index_t c = 0; c < out; ++c) {
+      const double x = dsa::to_float(a[static_cast<std::size_t>(r * ld + c)]);
+      const double y = dsa::to_float(b[static_cast<std::size_t>(r * ld + c)]);
+      xy += x * y;
+      sq += x * x + y * y;
+    }
+  }
+  return sq == 0 ? 0.0 : 1.0 - 2.0 * xy / sq;
+}
+
+/// The tolerance of the issue (DeepGEMM's test bound); to be tightened once measured.
+constexpr double fp8_fast_calc_diff = 1e-5;
+
+enum class fp8_route { plan, forced_bf16_fallback };
+
+struct fp8_fast_shape {
+  index_t t, in, out;
+  index_t ldx, ldw, ldy;
+  index_t w_offset;  // bytes into the weight's buffer: 1 leaves it unaligned (no cuBLASLt)
+};
+
+/// The device plan of a call (for the failure message and the decode checks).
+dsa::fp8_linear_plan device_plan(const fp8_fast_shape& s, index_t y_bytes, bool w_scale_contiguous) {
+  int device = 0, major = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  dsa::fp8_linear_problem p;
+  p.t = s.t;
+  p.in = s.in;
+  p.out = s.out;
+  p.w_row_stride = s.ldw;
+  p.w_scale_row_stride = w_scale_contiguous ? s.in / 128 : s.in / 128 + 1;
+  p.y_row_stride = s.ldy;
+  p.y_element_bytes = y_bytes;
+  p.w_aligned16 = s.w_offset % 16 == 0;
+  const auto decode = s.t <= dsa::fp8_linear_gemv_max_rows ? dsa::fp8_linear_decode_kernel(device, s.t, s.in, s.out)
+                                                            : dsa::fp8_decode_kernel::tensor_cores;
+  return dsa::plan_fp8_linear(p, true, major, decode);
+}
+
+/// fp8_linear with a workspace and cuda_kernel_path::fast against the exact kernel (itself
+/// bit-identical to the CPU: the case above): within calc_diff, finite where the inputs are, y's
+/// padding untouched, the second call bit-identical to the first; the GEMV's decode rows exactly
+/// the exact bits. `strided_scales` gives w_scale rows one float of padding (cuBLASLt then reads a
+/// repacked copy).
+template <class X, class O>
+void check_fp8_linear_fast(const fp8_fast_shape& s, dsa::scale_format fmt, std::uint64_t seed, fp8_route route,
+                           bool strided_scales = false) {
+  const bool x_bf16 = std::is_same_v<X, bf16>, o_bf16 = std::is_same_v<O, bf16>;
+  CAPTURE(s.t);
+  CAPTURE(s.in);
+  CAPTURE(s.out);
+  CAPTURE(s.ldx);
+  CAPTURE(s.ldw);
+  CAPTURE(s.ldy);
+  CAPTURE(s.w_offset);
+  CAPTURE(x_bf16);
+  CAPTURE(o_bf16);
+  CAPTURE(strided_scales);
+  CAPTURE(static_cast<int>(fmt));
+  CAPTURE(static_cast<int>(route));
+  const dsa::fp8_linear_plan plan = device_plan(s, static_cast<index_t>(sizeof(O)), !strided_scales);
+  const std::string path = route == fp8_route::plan ? dsa::to_string(plan.path) : "bf16_gemm (forced)";
+  CAPTURE(path);
+  const std::string reason = plan.reason;
+  CAPTURE(reason);
+  auto xs = dsa_test::normal(static_cast<std::size_t>(s.t * s.ldx), seed, 2.0f);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = std::ldexp(xs[i], static_cast<int>((i / 128) % 7) - 3);
+  std::mt19937_64 rng(seed);
+  std::vector<fp8_e4m3> w(static_cast<std::size_t>(s.out * s.ldw + s.w_offset));
+  for (auto& c : w) {
+    std::uint8_t b = static_cast<std::uint8_t>(rng());
+    if ((b & 0x7F) == 0x7F) b = 0x3C;  // finite codes: calc_diff compares numbers
+    c = fp8_e4m3::from_bits(b);
+  }
+  const index_t nbo = (s.out + 127) / 128, nbk = s.in / 128, lds = strided_scales ? nbk + 1 : nbk;
+  std::vector<float> ws(static_cast<std::size_t>(nbo * lds));
+  for (auto& v : ws) v = std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 1000.0f, static_cast<int>(rng() % 9) - 12);
+  const std::vector<X> x = dsa_test::convert<X>(xs);
+  // y's padding columns hold a marker that neither path may touch.
+  const O marker = dsa::from_float<O>(-12345.0f);
+  const std::vector<O> y0(static_cast<std::size_t>(s.t * s.ldy), marker);
+
+  dsa_test::test_stream stream;
+  dsa::cublas_handle blas;
+  dsa::cublaslt_handle blaslt;
+  auto dx = dsa_test::upload(x, stream.get());
+  auto dw = dsa_test::upload(w, stream.get());
+  auto dws = dsa_test::upload(ws, stream.get());
+  auto y_exact = dsa_test::upload(y0, stream.get());
+  auto y_fast = dsa_test::upload(y0, stream.get());
+  auto y_again = dsa_test::upload(y0, stream.get());
+  const dsa::device_view<const X, 2> dxv(dx.data(), {s.t, s.in}, {s.ldx, 1});
+  const dsa::device_view<const fp8_e4m3, 2> dwv(dw.data() + s.w_offset, {s.out, s.in}, {s.ldw, 1});
+  const dsa::device_view<const float, 2> dsv(dws.data(), {nbo, nbk}, {lds, 1});
+  const auto yv = [&](dsa::device_buffer<O>& b) { return dsa::device_view<O, 2>(b.data(), {s.t, s.out}, {s.ldy, 1}); };
+  const dsa::cuda_backend exact{stream.get(), nullptr, dsa_test::linear_path_for_tests(), dsa::cuda_kernel_path::exact};
+  dsa::fp8_linear(exact, dxv, dwv, dsv, yv(y_exact), fmt);
+  const dsa::cuda_backend fast{stream.get(), blas.get(), dsa_test::linear_path_for_tests(), dsa::cuda_kernel_path::fast,
+                               blaslt.get()};
+  const index_t bytes = dsa::fp8_linear_workspace_size(s.t, s.in, s.out);
+  dsa::device_buffer<std::byte> workspace(bytes, stream.get());
+  for (auto* y : {&y_fast, &y_again}) {
+    if (route == fp8_route::plan) {
+      dsa::fp8_linear(fast, dxv, dwv, dsv, yv(*y), fmt, workspace.view({bytes}));
+    } else if constexpr (std::is_same_v<X, bf16> && std::is_same_v<O, bf16>) {
+      dsa_test::fp8_linear_bf16_fallback(fast, dxv, dwv, dsv, yv(*y), fmt, workspace.view({bytes}));
+    } else {
+      FAIL("the forced fallback launcher takes bf16 in and out");
+    }
+  }
+  const auto e = dsa_test::download(y_exact, stream.get());
+  const auto f = dsa_test::download(y_fast, stream.get());
+  dsa_test::check_bits_equal("second fast call", dsa_test::download(y_again, stream.get()), f);
+  std::size_t nonfinite = 0, padding = 0;
+  for (index_t r = 0; r < s.t; ++r) {
+    for (index_t c = 0; c < s.ldy; ++c) {
+      const O v = f[static_cast<std::size_t>(r * s.ldy + c)];
+      if (c < s.out) {
+        nonfinite += std::isfinite(dsa::to_float(v)) ? 0 : 1;
+      } else {
+        padding += dsa_test::same_bits_or_both_nan(v, marker) ? 0 : 1;
+      }
+    }
+  }
+  CHECK(nonfinite == 0);
+  CHECK(padding == 0);
+  if (route == fp8_route::plan && plan.path == dsa::fp8_linear_path::exact_gemv) {
+    dsa_test::check_bits_equal("decode GEMV", f, e);
+    return;
+  }
+  const double diff = calc_diff(f, e, s.t, s.out, s.ldy);
+  CAPTURE(diff);
+  CHECK(diff < fp8_fast_calc_diff);
+}
+
 }  // namespace
 
 // ---- front-end and error reporting: no GPU needed -----------------------------------------------
@@ -350,6 +497,27 @@ TEST_CASE("cuda dense ops: front-end checks with device views (no GPU needed)") 
   auto fy = dsa_test::fake_device_view<bf16, 2>({4, 256});
   CHECK_THROWS_WITH_AS(dsa::fp8_linear(be, fx, fw, fs, fy, dsa::scale_format::ue8m0),
                        doctest::Contains("dsa::fp8_linear: x.extent(1) = 100; expected a multiple of 128"), dsa::error);
+
+  // The workspace overload: size, alignment and overlap before any CUDA call.
+  auto gx = dsa_test::fake_device_view<bf16, 2>({16, 256});
+  auto gw = dsa_test::fake_device_view<fp8_e4m3, 2>({256, 256});
+  auto gs = dsa_test::fake_device_view<float, 2>({2, 2});
+  auto gy = dsa_test::fake_device_view<bf16, 2>({16, 256});
+  const index_t need = dsa::fp8_linear_workspace_size(16, 256, 256);
+  auto small = dsa_test::fake_device_view<std::byte, 1>({need - 1});
+  const std::string too_small = "dsa::fp8_linear: workspace.extent(0) = " + std::to_string(need - 1) +
+                                "; expected at least fp8_linear_workspace_size(t, in, out)";
+  CHECK_THROWS_WITH_AS(dsa::fp8_linear(be, gx, gw, gs, gy, dsa::scale_format::ue8m0, small),
+                       doctest::Contains(too_small.c_str()), dsa::error);
+  auto big = dsa_test::fake_device_view<std::byte, 1>({need + 16});
+  const dsa::device_view<std::byte, 1> odd(big.data_handle() + 1, {need});
+  CHECK_THROWS_WITH_AS(dsa::fp8_linear(be, gx, gw, gs, gy, dsa::scale_format::ue8m0, odd),
+                       doctest::Contains("16-byte aligned"), dsa::error);
+  const dsa::device_view<std::byte, 1> over_y(reinterpret_cast<std::byte*>(gy.data_handle()), {need});
+  CHECK_THROWS_WITH_AS(dsa::fp8_linear(be, gx, gw, gs, gy, dsa::scale_format::ue8m0, over_y),
+                       doctest::Contains("dsa::fp8_linear: workspace = a view overlapping y"), dsa::error);
+  CHECK_THROWS_WITH_AS(dsa::fp8_linear(be, gx, gw, gs, gy, dsa::scale_format::ue8m0, dsa::device_view<std::byte, 1>{}),
+                       doctest::Contains("dsa::fp8_linear: workspace"), dsa::error);
 }
 
 TEST_CASE("cuda linear: a backend without a cuBLAS handle throws before any CUDA call (no GPU needed)") {
@@ -557,6 +725,80 @@ TEST_CASE("cuda fp8_linear: bit-identical to the CPU") {
     check_fp8_linear<bf16, float>(s.t, s.in, s.out, s.ldx, s.ldw, scale_format::ue8m0, true, ++seed);
     check_fp8_linear<float, bf16>(s.t, s.in, s.out, s.ldx, s.ldw, scale_format::ue8m0, false, ++seed);
   }
+}
+
+TEST_CASE("cuda fp8_linear, fast path: cuBLASLt's block-scaled FP8 (or the bf16 fallback) within calc_diff of the exact kernel") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  using dsa::scale_format;
+  std::uint64_t seed = 700;
+  const bool small = dsa_test::under_sanitizer();
+  const index_t big_t = small ? 64 : 4096;
+  const index_t in_v32 = small ? 512 : 7168;
+  const fp8_fast_shape shapes[] = {
+      {big_t, in_v32, small ? 256 : 2048, in_v32, in_v32, small ? 256 : 2048, 0},  // V3.2 expert gate/up, prefill
+      {small ? 40 : 1024, small ? 512 : 1536, small ? 384 : 3072, small ? 512 : 1536, small ? 512 : 1536,
+       small ? 384 : 3072, 0},                                                     // wq_b-like
+      {13, in_v32, 576, in_v32, in_v32, 576, 0},                                   // wkv_a, rows not a multiple of 4
+      {9, 1152, 256, 1152, 1152, 256, 0},                                          // 9 k-blocks: scales repacked
+      {70, 1024, 200, 1056, 1024, 200, 0},                                         // out not a multiple of 16: fallback
+      {70, 1024, 256, 1056, 1024 + 16, 256 + 8, 0},                                // strided x, w and y
+      {33, 512, 128, 512, 512, 128, 1},                                            // an unaligned weight: fallback
+  };
+  for (const auto& s : shapes) {
+    for (const scale_format fmt : {scale_format::ue8m0, scale_format::fp32}) {
+      check_fp8_linear_fast<bf16, bf16>(s, fmt, ++seed, fp8_route::plan);
+      check_fp8_linear_fast<bf16, bf16>(s, fmt, ++seed, fp8_route::forced_bf16_fallback);
+    }
+    check_fp8_linear_fast<float, float>(s, scale_format::ue8m0, ++seed, fp8_route::plan);
+    check_fp8_linear_fast<bf16, float>(s, scale_format::ue8m0, ++seed, fp8_route::plan);
+  }
+  check_fp8_linear_fast<bf16, bf16>({256, 1024, 256, 1024, 1024, 256, 0}, scale_format::ue8m0, ++seed, fp8_route::plan,
+                                    true);  // w_scale rows padded: cuBLASLt reads a repacked copy
+}
+
+TEST_CASE("cuda fp8_linear, fast path: decode rows, the GEMV's exact bits or the tensor cores, as chosen per shape") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  int device = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  std::uint64_t seed = 800;
+  const index_t in = dsa_test::under_sanitizer() ? 512 : 7168, out = dsa_test::under_sanitizer() ? 256 : 2048;
+  for (index_t t = 1; t <= 8; ++t) {
+    // The heuristic's choice for this shape, then the other one recorded in its place.
+    check_fp8_linear_fast<bf16, bf16>({t, in, out, in, in, out, 0}, dsa::scale_format::ue8m0, ++seed, fp8_route::plan);
+    const auto other = dsa::fp8_linear_decode_kernel(device, t, in, out) == dsa::fp8_decode_kernel::gemv
+                           ? dsa::fp8_decode_kernel::tensor_cores
+                           : dsa::fp8_decode_kernel::gemv;
+    dsa::record_fp8_linear_decode_kernel(device, t, in, out, other);
+    check_fp8_linear_fast<bf16, bf16>({t, in, out, in, in, out, 0}, dsa::scale_format::ue8m0, ++seed, fp8_route::plan);
+    check_fp8_linear_fast<bf16, bf16>({t, in, out, in, in, out, 0}, dsa::scale_format::ue8m0, ++seed,
+                                      fp8_route::forced_bf16_fallback);
+  }
+}
+
+TEST_CASE("cuda fp8_linear, fast path: cuda_kernel_path::exact with a workspace is the exact kernel; missing handles are named") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  const index_t t = 64, in = 512, out = 256, nbo = 2, nbk = 4;
+  dsa_test::test_stream stream;
+  const auto xs = dsa_test::convert<bf16>(dsa_test::normal(static_cast<std::size_t>(t * in), 3, 1.0f));
+  std::vector<fp8_e4m3> w(static_cast<std::size_t>(out * in), fp8_e4m3::from_bits(0x38));
+  const std::vector<float> ws(static_cast<std::size_t>(nbo * nbk), 0.5f);
+  auto dx = dsa_test::upload(xs, stream.get());
+  auto dw = dsa_test::upload(w, stream.get());
+  auto dws = dsa_test::upload(ws, stream.get());
+  dsa::device_buffer<bf16> a(t * out, stream.get()), b(t * out, stream.get());
+  const index_t bytes = dsa::fp8_linear_workspace_size(t, in, out);
+  dsa::device_buffer<std::byte> workspace(bytes, stream.get());
+  const dsa::cuda_backend exact{stream.get(), nullptr, dsa::cuda_linear_path::simt, dsa::cuda_kernel_path::exact};
+  dsa::fp8_linear(exact, dx.view({t, in}), dw.view({out, in}), dws.view({nbo, nbk}), a.view({t, out}),
+                  dsa::scale_format::ue8m0);
+  dsa::fp8_linear(exact, dx.view({t, in}), dw.view({out, in}), dws.view({nbo, nbk}), b.view({t, out}),
+                  dsa::scale_format::ue8m0, workspace.view({bytes}));
+  dsa_test::check_bits_equal("y", dsa_test::download(b, stream.get()), dsa_test::download(a, stream.get()));
+  // Fast without handles: the plan's handle is named (cuBLASLt on Hopper, cuBLAS elsewhere).
+  const dsa::cuda_backend bare{stream.get(), nullptr, dsa::cuda_linear_path::cublas, dsa::cuda_kernel_path::fast};
+  CHECK_THROWS_WITH_AS(dsa::fp8_linear(bare, dx.view({t, in}), dw.view({out, in}), dws.view({nbo, nbk}),
+                                       b.view({t, out}), dsa::scale_format::ue8m0, workspace.view({bytes})),
+                       doctest::Contains("dsa::fp8_linear: backend.blas"), dsa::error);
 }
 
 // Row tiles are blockIdx.y, which the launchers clamp to 65535 and the kernels loop over: these

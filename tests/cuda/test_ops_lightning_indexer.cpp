@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -31,8 +32,10 @@
 #include "cuda/op_test.hpp"
 #include "dsa/core/error.hpp"
 #include "dsa/cpu/lightning_indexer.hpp"
+#include "dsa/cuda/kernel_choice.hpp"
 #include "dsa/cuda/ops.hpp"
 #include "dsa/ops/lightning_indexer.hpp"
+#include "support/fast_kernel_criteria.hpp"
 #include "support/random.hpp"
 
 namespace {
@@ -119,7 +122,11 @@ struct fwd_problem {
     return out;
   }
 
-  std::vector<float> cuda(const std::vector<std::int32_t>& device_ranges) {
+  /// The scores on the device with `kernels`; `chosen` (FP8, with the fast kernels asked for)
+  /// receives the kernel kernel_choice.hpp picks for these views on this device.
+  std::vector<float> cuda(const std::vector<std::int32_t>& device_ranges,
+                          dsa::cuda_kernel_path kernels = dsa::cuda_kernel_path::exact,
+                          dsa::cuda_detail::indexer_kernel* chosen = nullptr) {
     dsa_test::test_stream stream;
     auto dq = dsa_test::upload(q, stream.get());
     auto dk = dsa_test::upload(k, stream.get());
@@ -127,9 +134,21 @@ struct fwd_problem {
     auto ds = dsa_test::upload(k_scale, stream.get());
     auto dr = dsa_test::upload(device_ranges, stream.get());
     auto dout = dsa_test::upload(std::vector<float>(static_cast<std::size_t>(m * ld()), sentinel), stream.get());
-    dsa::lightning_indexer_scores(stream.backend(), dview_of<const T, 3>(dq, {m, heads, d}, {qs0(), qs1(), 1}, lay.offset),
-                                  dw.view({m, heads}), dview_of<const T, 2>(dk, {n, d}, {ks0(), 1}, lay.offset),
-                                  ds.view({n}), dr.view({m, 2}), dview_of<float, 2>(dout, {m, n}, {ld(), 1}));
+    const auto qv = dview_of<const T, 3>(dq, {m, heads, d}, {qs0(), qs1(), 1}, lay.offset);
+    const auto kv = dview_of<const T, 2>(dk, {n, d}, {ks0(), 1}, lay.offset);
+    if (chosen != nullptr) {
+      dsa::cuda_detail::indexer_call c;
+      c.heads = heads;
+      c.d = d;
+      c.q = qv.data_handle();
+      c.q_stride0 = qs0() * static_cast<index_t>(sizeof(T));
+      c.q_stride1 = qs1() * static_cast<index_t>(sizeof(T));
+      c.keys = kv.data_handle();
+      c.key_stride = ks0() * static_cast<index_t>(sizeof(T));
+      *chosen = dsa::cuda_detail::choose_indexer_kernel(kernels, dsa::cuda_detail::current_device_caps(), c);
+    }
+    dsa::lightning_indexer_scores(stream.backend(kernels), qv, dw.view({m, heads}), kv, ds.view({n}), dr.view({m, 2}),
+                                  dview_of<float, 2>(dout, {m, n}, {ld(), 1}));
     return dsa_test::download(dout, stream.get());
   }
   std::vector<float> cuda() { return cuda(ranges); }
@@ -342,7 +361,8 @@ struct paged_problem {
     return out;
   }
 
-  std::vector<float> cuda(const std::vector<std::int32_t>& dev_table) const {
+  std::vector<float> cuda(const std::vector<std::int32_t>& dev_table,
+                          dsa::cuda_kernel_path kernels = dsa::cuda_kernel_path::exact) const {
     dsa_test::test_stream stream;
     auto dq = dsa_test::upload(q, stream.get());
     auto dw = dsa_test::upload(w, stream.get());
@@ -350,7 +370,7 @@ struct paged_problem {
     auto dt = dsa_test::upload(dev_table, stream.get());
     auto dr = dsa_test::upload(ranges, stream.get());
     auto dout = dsa_test::upload(std::vector<float>(static_cast<std::size_t>(m * n), sentinel), stream.get());
-    dsa::lightning_indexer_scores_paged(stream.backend(), dq.view({m, heads, 128}), dw.view({m, heads}),
+    dsa::lightning_indexer_scores_paged(stream.backend(kernels), dq.view({m, heads, 128}), dw.view({m, heads}),
                                         dc.view({slots, 132}), dt.view({m, max_blocks}), block_size, dr.view({m, 2}),
                                         dout.view({m, n}));
     return dsa_test::download(dout, stream.get());
@@ -384,6 +404,178 @@ TEST_CASE("cuda lightning_indexer_scores_paged: unreadable device-side page-tabl
   for (index_t s = 64; s < 128; ++s) expected[static_cast<std::size_t>(s)] = neg_inf;
   for (index_t s = 128; s < 256; ++s) expected[static_cast<std::size_t>(p.n + s)] = neg_inf;
   dsa_test::check_bits_equal("scores", p.cuda(bad_table), expected);
+}
+
+// ---- the tensor-core kernels against the exact ones ----------------------------------------------
+//
+// On the same FP8 inputs the fast kernels' scores against the exact kernel's with DeepGEMM's
+// criterion (support/fast_kernel_criteria.hpp): the same -inf (and NaN) positions, calc_diff < 5e-6
+// over the rest; and the top-2048 sets of every row equal except for keys whose exact score lies
+// within the a-priori error bound of the k-th one. The padding of strided score rows is never
+// written. The cases the fast kernel holds must reach it (kernel_choice.hpp, asked with the same
+// views), the others not.
+
+namespace {
+
+bool device_has_mma_sync() { return dsa::cuda_detail::current_device_caps().compute_capability >= 80; }
+
+// An a-priori bound of |fast - exact| for score (t, s): both paths sum exact e4m3 products in
+// fp32 (the tensor cores in their own order and precision, at most 2 ulps of the partial sum per
+// addition; the exact kernel sequentially), then 64 rounded head terms in two orders, then one
+// scale: within 515 u A for u = 2^-24 and A = k_scale Σ_h |w| Σ_i |q k|; twice that, 2^-14 A.
+double score_bound(const std::vector<fp8_e4m3>& q, index_t q_off, index_t qs0, index_t qs1, const std::vector<float>& w,
+                   const fp8_e4m3* k, float k_scale, index_t t, index_t heads, index_t d) {
+  double a = 0.0;
+  for (index_t h = 0; h < heads; ++h) {
+    double dot = 0.0;
+    for (index_t i = 0; i < d; ++i) {
+      dot += std::abs(static_cast<double>(q[static_cast<std::size_t>(q_off + t * qs0 + h * qs1 + i)].to_float()) * k[i].to_float());
+    }
+    a += std::abs(static_cast<double>(w[static_cast<std::size_t>(t * heads + h)])) * dot;
+  }
+  return std::ldexp(a * std::abs(static_cast<double>(k_scale)), -14);
+}
+
+// Rows [m, n] of a padded score matrix; checks that the padding still holds the sentinel.
+std::vector<float> unpadded(const std::vector<float>& v, index_t m, index_t n, index_t ld) {
+  std::vector<float> out(static_cast<std::size_t>(m * n));
+  index_t touched = 0;
+  for (index_t t = 0; t < m; ++t) {
+    for (index_t s = 0; s < ld; ++s) {
+      const float x = v[static_cast<std::size_t>(t * ld + s)];
+      if (s < n) {
+        out[static_cast<std::size_t>(t * n + s)] = x;
+      } else if (!(x == sentinel)) {
+        ++touched;
+      }
+    }
+  }
+  CHECK(touched == 0);
+  return out;
+}
+
+void check_criteria(const std::vector<float>& fast, const std::vector<float>& exact, index_t m, index_t n, index_t topk,
+                    const std::function<double(index_t, index_t)>& bound) {
+  const dsa_test::criterion_result logits = dsa_test::indexer_logits_close(fast, exact);
+  CHECK_MESSAGE(logits.ok, logits.message);
+  const dsa_test::criterion_result sets = dsa_test::topk_sets_agree(fast, exact, m, n, n, topk, bound);
+  CHECK_MESSAGE(sets.ok, sets.message);
+}
+
+void check_fast(fwd_problem<fp8_e4m3>& p, const std::vector<std::int32_t>& device_ranges, index_t topk = 2048) {
+  CAPTURE(p.m);
+  CAPTURE(p.heads);
+  CAPTURE(p.d);
+  CAPTURE(p.n);
+  CAPTURE(p.lay.q_pad);
+  CAPTURE(p.lay.k_pad);
+  CAPTURE(p.lay.offset);
+  dsa::cuda_detail::indexer_kernel chosen = dsa::cuda_detail::indexer_kernel::exact;
+  const std::vector<float> exact = unpadded(p.cuda(device_ranges), p.m, p.n, p.ld());
+  const std::vector<float> fast = unpadded(p.cuda(device_ranges, dsa::cuda_kernel_path::fast, &chosen), p.m, p.n, p.ld());
+  // d = 128, at most 64 heads, q rows on 16 bytes, key rows on 4: the fast kernel.
+  const bool holds = p.d == 128 && p.heads <= 64 && p.lay.offset % 16 == 0 && p.qs1() % 16 == 0 && p.lay.offset % 4 == 0 &&
+                     p.ks0() % 4 == 0;
+  if (device_has_mma_sync()) CHECK((chosen != dsa::cuda_detail::indexer_kernel::exact) == holds);
+  check_criteria(fast, exact, p.m, p.n, topk, [&](index_t t, index_t s) {
+    return score_bound(p.q, p.lay.offset, p.qs0(), p.qs1(), p.w, p.k.data() + p.lay.offset + s * p.ks0(),
+                       p.k_scale[static_cast<std::size_t>(s)], t, p.heads, p.d);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("cuda lightning_indexer_scores fast kernel: against the exact kernel over a grid of shapes") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  std::uint64_t seed = 800;
+  for (auto [m, heads, d, n] : {std::array<index_t, 4>{1, 1, 1, 1}, {3, 7, 128, 300}, {5, 64, 128, 777},
+                                {9, 65, 128, 300}, {17, 64, 128, 1000}, {64, 64, 128, 4096}, {40, 1, 128, 65},
+                                {100, 64, 128, 3000}, {3, 8, 40, 300}}) {
+    auto p = make_fp8(m, heads, d, n, ++seed);
+    check_fast(p, p.ranges);
+  }
+}
+
+TEST_CASE("cuda lightning_indexer_scores fast kernel: V3.2 shapes (decode over 128K, prefill, 4096 rows)") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  // Under the sanitizers an eighth of the keys and rows, as for the exact kernel.
+  const bool small = dsa_test::under_sanitizer();
+  for (const index_t m : {index_t{1}, index_t{2}}) {
+    auto decode = make_fp8(m, 64, 128, small ? 16384 : 131072, 810 + static_cast<std::uint64_t>(m));
+    for (index_t t = 0; t < m; ++t) {
+      decode.ranges[static_cast<std::size_t>(2 * t)] = 0;
+      decode.ranges[static_cast<std::size_t>(2 * t + 1)] = static_cast<std::int32_t>(decode.n);
+    }
+    check_fast(decode, decode.ranges);
+  }
+  const index_t rows = small ? 32 : 256, context = small ? 1024 : 4096;
+  auto pre = make_fp8(rows, 64, 128, context, 820);
+  pre.ranges = causal_ranges(rows, context);
+  check_fast(pre, pre.ranges);
+  if (!small) {
+    // m = 4096, the largest promised row count: a causal prefill chunk at the end of 8K keys.
+    auto big = make_fp8(4096, 64, 128, 8192, 821);
+    big.ranges = causal_ranges(4096, 8192);
+    check_fast(big, big.ranges);
+  }
+}
+
+TEST_CASE("cuda lightning_indexer_scores fast kernel: NaN codes, strided views, clamped ranges, k > keys") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  auto nan_codes = make_fp8(6, 8, 128, 500, 830, {}, true);
+  check_fast(nan_codes, nan_codes.ranges);
+  for (const layout lay : {layout{16, 32, 3, 0},    // padded rows: 16-byte key copies
+                           layout{16, 4, 0, 0},     // 132-byte key rows: 4-byte copies
+                           layout{16, 4, 1, 16},    // an offset base, still aligned
+                           layout{4, 4, 1, 4},      // q rows on 4 bytes: the exact kernel
+                           layout{0, 1, 0, 1}}) {   // odd key rows: the exact kernel
+    auto p = make_fp8(20, 64, 128, 700, 831, lay);
+    check_fast(p, p.ranges);
+  }
+  auto clamp = make_fp8(4, 8, 128, 300, 840);
+  const std::vector<std::int32_t> bad = {-100, 50, 200, 100000, 250, 100, std::numeric_limits<std::int32_t>::min(),
+                                         std::numeric_limits<std::int32_t>::max()};
+  clamp.ranges = {0, 50, 200, 300, 250, 250, 0, 300};
+  check_fast(clamp, bad);
+  // Every row's range shorter than k (top-2048 of at most 300 keys), empty rows among them.
+  auto few = make_fp8(12, 64, 128, 300, 841);
+  check_fast(few, few.ranges, 2048);
+}
+
+TEST_CASE("cuda lightning_indexer_scores_paged fast kernel: against the exact kernel through scattered block tables") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  const auto compare = [](const paged_problem& p, const std::vector<std::int32_t>& table) {
+    const std::vector<float> exact = p.cuda(table);
+    const std::vector<float> fast = p.cuda(table, dsa::cuda_kernel_path::fast);
+    check_criteria(fast, exact, p.m, p.n, 2048, [&](index_t t, index_t s) {
+      // The key's cache row through the (valid) table entry; unreadable keys are -inf on both.
+      const std::int32_t entry = table[static_cast<std::size_t>(t * p.max_blocks + s / p.block_size)];
+      const index_t slot = static_cast<index_t>(entry) * p.block_size + s % p.block_size;
+      std::vector<fp8_e4m3> codes(128);
+      const float scale = dsa::indexer_cache_row_decode(p.cache.data() + slot * 132, codes.data());
+      return score_bound(p.q, 0, p.heads * 128, 128, p.w, codes.data(), scale, t, p.heads, 128);
+    });
+  };
+  for (const index_t bs : {index_t{1}, index_t{64}, index_t{100}}) {
+    CAPTURE(bs);
+    const paged_problem p(6, 64, 3000, bs, 850 + static_cast<std::uint64_t>(bs));
+    compare(p, p.table);
+  }
+  const bool small = dsa_test::under_sanitizer();
+  const paged_problem decode(small ? 2 : 64, 64, small ? 4096 : 32768, 64, 860);  // V3.2 decode rows, out-of-order blocks
+  compare(decode, decode.table);
+  paged_problem bad(2, 8, 256, 64, 870);
+  bad.ranges = {0, 256, 0, 256};
+  auto bad_table = bad.table;
+  bad_table[1] = -1;
+  bad_table[static_cast<std::size_t>(bad.max_blocks + 2)] = static_cast<std::int32_t>(bad.slots / 64);
+  bad_table[static_cast<std::size_t>(bad.max_blocks + 3)] = std::numeric_limits<std::int32_t>::max();
+  const std::vector<float> exact = bad.cuda(bad_table);
+  const std::vector<float> fast = bad.cuda(bad_table, dsa::cuda_kernel_path::fast);
+  const dsa_test::criterion_result r = dsa_test::indexer_logits_close(fast, exact);
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK(std::isinf(fast[64]));   // row 0, block 1: negative entry
+  CHECK(std::isinf(fast[static_cast<std::size_t>(bad.n + 200)]));  // row 1, block 3: past the cache
 }
 
 // ---- backward ----------------------------------------------------------------------------------
@@ -456,7 +648,7 @@ struct bwd_problem {
     auto gq = dsa_test::upload(std::vector<float>(q.size(), sentinel), stream.get());
     auto gw = dsa_test::upload(std::vector<float>(w.size(), sentinel), stream.get());
     auto gk = dsa_test::upload(std::vector<float>(k.size(), sentinel), stream.get());
-    dsa::lightning_indexer_backward(stream.backend(), dq.view({m, heads, d}), dw.view({m, heads}), dk.view({n, d}),
+    dsa::lightning_indexer_backward(stream.backend(dsa::cuda_kernel_path::exact), dq.view({m, heads, d}), dw.view({m, heads}), dk.view({n, d}),
                                     ds.view({n}), dr.view({m, 2}), dg.view({m, n}),
                                     want_q ? gq.view({m, heads, d}) : dsa::device_view<float, 3>{},
                                     want_w ? gw.view({m, heads}) : dsa::device_view<float, 2>{},

@@ -23,9 +23,11 @@
 
 #include "cuda/cuda_test.hpp"
 #include "cuda/op_test.hpp"
+#include "dsa/cuda/kernel_choice.hpp"
 #include "dsa/cuda/memory.hpp"
 #include "dsa/cuda/ops.hpp"
 #include "dsa/ops/sparse_mla_attention.hpp"
+#include "support/fast_kernel_criteria.hpp"
 #include "support/sparse_mla_tolerance.hpp"
 
 namespace {
@@ -40,6 +42,7 @@ struct call {
   bool workspace_overload = false;  // false: the workspace-less overload (num_splits must be 1)
   bool probs = true;
   bool strided = false;  // every view with padded outer strides
+  dsa::cuda_kernel_path kernels = dsa::cuda_kernel_path::exact;
 };
 
 // Pads the rows of a row-major host array [rows, cols] to `ld` columns (garbage in the padding).
@@ -96,9 +99,9 @@ dsa_test::sparse_mla_result cuda_sparse_mla(const dsa_test::sparse_mla_inputs& i
   const dsa::device_view<std::byte, 1> wv = ws_bytes > 0 ? ws.view({ws_bytes}) : dsa::device_view<std::byte, 1>{};
   const auto run = [&](const auto& kv) {
     if (c.workspace_overload) {
-      dsa::sparse_mla_attention(stream.backend(), qv, kv, iv, ov, lv, cfg, wv, prv);
+      dsa::sparse_mla_attention(stream.backend(c.kernels), qv, kv, iv, ov, lv, cfg, wv, prv);
     } else {
-      dsa::sparse_mla_attention(stream.backend(), qv, kv, iv, ov, lv, cfg, prv);
+      dsa::sparse_mla_attention(stream.backend(c.kernels), qv, kv, iv, ov, lv, cfg, prv);
     }
   };
   if (fp8) {
@@ -260,6 +263,159 @@ TEST_CASE("cuda sparse_mla_attention: run to run bit-identical, and split counts
     dsa_test::check_bits_equal("lse, run to run", a.lse, b.lse);
     dsa_test::check_bits_equal("probs, run to run", a.probs, b.probs);
     dsa_test::check_sparse_mla_close("split vs one split", in.pb, a, one, false);
+  }
+}
+
+// ---- the tensor-core kernel against the exact one ------------------------------------------------
+//
+// On the same inputs (bf16 rows, or the 656-byte FP8 rows they quantise to) the fast kernel's out,
+// lse and probs against the exact kernel's, with FlashMLA's criteria
+// (support/fast_kernel_criteria.hpp): decode out within abs 1e-3 or rel 2.01/128 and a cos diff
+// below 5e-6, prefill out within abs 8e-4 or rel 3.01/128; lse within abs 1e-6 or rel 8.01/65536;
+// probs (the exact probs kernel on the fast lse) as lse. Every non-finite value where the exact
+// kernel has it: unused and out-of-range entries, tokens without a used entry (out 0, lse +inf),
+// NaN-filled unused rows (never read), NaN in a used row or a query. On exact-arithmetic data
+// (weights exactly 0 or 1) out and lse are bit-identical.
+
+namespace {
+
+struct fast_case {
+  index_t s, h, d_qk, d_v, k, n;
+};
+
+bool device_has_mma_sync() { return dsa::cuda_detail::current_device_caps().compute_capability >= 80; }
+
+// Whether the fast kernel serves these dims with the tests' (16-byte aligned) views on this device.
+bool fast_kernel_serves(index_t d_qk, index_t d_v, bool fp8) {
+  dsa::cuda_detail::sparse_mla_call c;
+  c.d_qk = d_qk;
+  c.d_v = d_v;
+  c.fp8 = fp8;
+  c.aligned = true;
+  return dsa::cuda_detail::choose_sparse_mla_kernel(dsa::cuda_kernel_path::fast, dsa::cuda_detail::current_device_caps(),
+                                                    c) != dsa::cuda_detail::sparse_mla_kernel::exact;
+}
+
+enum class poison { none, nan_row, nan_query };
+
+template <class O>
+void check_fast_one(const dsa_test::sparse_mla_inputs& in, bool fp8, index_t ns, bool strided, bool exact_data,
+                    bool prefill) {
+  call c;
+  c.num_splits = ns;
+  c.workspace_overload = ns > 1;
+  c.strided = strided;
+  const dsa_test::sparse_mla_result ref = cuda_sparse_mla<O>(in, fp8, c);
+  c.kernels = dsa::cuda_kernel_path::fast;
+  const dsa_test::sparse_mla_result got = cuda_sparse_mla<O>(in, fp8, c);
+  if (exact_data) {
+    dsa_test::check_bits_equal("out, fast vs exact (exact data)", got.out, ref.out);
+    dsa_test::check_bits_equal("lse, fast vs exact (exact data)", got.lse, ref.lse);
+  }
+  const double out_abs = prefill ? 8e-4 : 1e-3, out_rel = prefill ? 3.01 / 128 : 2.01 / 128;
+  const dsa_test::criterion_result o = dsa_test::flashmla_close("out", got.out, ref.out, out_abs, out_rel, 5e-6);
+  CHECK_MESSAGE(o.ok, o.message);
+  const dsa_test::criterion_result l = dsa_test::flashmla_close("lse", got.lse, ref.lse, 1e-6, 8.01 / 65536, 5e-6);
+  CHECK_MESSAGE(l.ok, l.message);
+  const dsa_test::criterion_result pr = dsa_test::flashmla_close("probs", got.probs, ref.probs, 1e-6, 8.01 / 65536, 5e-6);
+  CHECK_MESSAGE(pr.ok, pr.message);
+}
+
+// Both caches (FP8 for 576 / 512 only), both outputs, every split count of `splits`.
+void check_fast(const fast_case& fc, sparse_mla_indices kind, std::uint64_t seed, bool exact_data,
+                std::initializer_list<index_t> splits, bool prefill = false, bool strided = false,
+                poison what = poison::none, bool both_outputs = true) {
+  for (const bool fp8 : {false, true}) {
+    if (fp8 && (fc.d_qk != dsa::kv_dim || fc.d_v != dsa::kv_latent_dim)) continue;
+    CAPTURE(fc.s);
+    CAPTURE(fc.h);
+    CAPTURE(fc.d_qk);
+    CAPTURE(fc.d_v);
+    CAPTURE(fc.k);
+    CAPTURE(fc.n);
+    CAPTURE(fp8);
+    CAPTURE(exact_data);
+    // The shapes the fast kernel holds must reach it (else this compares the exact kernel with
+    // itself); the others must not.
+    const bool holds = fc.d_qk % 64 == 0 && fc.d_qk <= 576 && fc.d_v % 32 == 0;
+    if (device_has_mma_sync()) CHECK(fast_kernel_serves(fc.d_qk, fc.d_v, fp8) == holds);
+    dsa_test::sparse_mla_inputs in =
+        dsa_test::make_sparse_mla_inputs(fc.s, fc.h, fc.d_qk, fc.d_v, fc.k, fc.n, fp8, kind, seed, exact_data);
+    if (what == poison::nan_row && fc.s > 0 && fc.k > 0) {
+      // A NaN in a used row: every head of the tokens that select it is NaN, on both kernels.
+      std::int32_t row = -1;
+      for (index_t e = 0; e < fc.k && row < 0; ++e) {
+        if (dsa::sparse_mla_index_valid(in.pb.indices[static_cast<std::size_t>(e)], fc.n)) row = in.pb.indices[static_cast<std::size_t>(e)];
+      }
+      REQUIRE(row >= 0);
+      if (fp8) {
+        in.kv_fp8[static_cast<std::size_t>(row * dsa::kv_fp8_row_bytes + 5)] = 0x7F;  // an e4m3 NaN code
+      } else {
+        in.kv[static_cast<std::size_t>(row * fc.d_qk + 5)] = bf16::from_bits(0x7FC0);
+      }
+    } else if (what == poison::nan_query && fc.h > 1) {
+      in.q[static_cast<std::size_t>((0 * fc.h + 1) * fc.d_qk + 7)] = bf16::from_bits(0x7FC0);  // token 0, head 1
+    }
+    for (const index_t ns : splits) {
+      CAPTURE(ns);
+      if (both_outputs) check_fast_one<float>(in, fp8, ns, strided, exact_data, prefill);
+      check_fast_one<bf16>(in, fp8, ns, strided, exact_data, prefill);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda sparse_mla_attention fast kernel: small shapes, every index pattern, against the exact kernel") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  for (const bool exact : {false, true}) {
+    check_fast({5, 5, 64, 32, 70, 50}, sparse_mla_indices::mixed, 71, exact, {1, 2, 3, 64});  // 5 of 64 heads
+    check_fast({4, 17, 128, 64, 97, 300}, sparse_mla_indices::random, 72, exact, {1, 4});
+    check_fast({3, 3, 64, 32, 5, 2}, sparse_mla_indices::random, 73, exact, {1, 2});       // k > n: duplicates
+    check_fast({2, 4, 128, 64, 64, 50}, sparse_mla_indices::all_unused, 74, exact, {1, 5});  // out 0, lse +inf
+    check_fast({2, 4, 128, 64, 0, 50}, sparse_mla_indices::random, 75, exact, {1, 3});       // k = 0
+    check_fast({3, 70, 192, 96, 130, 400}, sparse_mla_indices::mixed, 76, exact, {1, 2});   // two head groups
+    check_fast({3, 2, 40, 24, 40, 9}, sparse_mla_indices::mixed, 77, exact, {1, 2});         // the exact kernel's
+  }
+}
+
+TEST_CASE("cuda sparse_mla_attention fast kernel: NaN in a used row or a query, strided views") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  check_fast({3, 20, 576, 512, 100, 300}, sparse_mla_indices::mixed, 81, false, {1, 3}, false, false, poison::nan_row);
+  check_fast({3, 20, 576, 512, 100, 300}, sparse_mla_indices::mixed, 82, false, {1, 3}, false, false, poison::nan_query);
+  check_fast({3, 20, 576, 512, 100, 300}, sparse_mla_indices::mixed, 83, false, {1, 3}, false, true);
+  check_fast({4, 6, 128, 64, 70, 50}, sparse_mla_indices::mixed, 84, true, {1, 2}, false, true);
+}
+
+TEST_CASE("cuda sparse_mla_attention fast kernel: V3.2 decode, 128 heads, top-2048 of a 128K cache, s = 1 .. 128") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  const index_t sms = sm_count();
+  // Under the sanitizers one and two tokens, 200 entries (four tiles, a partial one), exact data
+  // too, one split and the suggested count.
+  const bool small = dsa_test::under_sanitizer();
+  const index_t k = small ? 200 : 2048;
+  for (const index_t s : small ? std::vector<index_t>{1, 2} : std::vector<index_t>{1, 2, 4, 128}) {
+    const index_t ns = dsa::sparse_mla_attention_num_splits(s, 128, k, sms);
+    CAPTURE(ns);
+    check_fast({s, 128, 576, 512, k, 131072}, sparse_mla_indices::random, 90 + static_cast<std::uint64_t>(s), false,
+               {1, ns}, false, false, poison::none, /*both_outputs=*/s <= 4);
+    if (s <= 4) check_fast({s, 128, 576, 512, k, 131072}, sparse_mla_indices::mixed, 95 + static_cast<std::uint64_t>(s), true, {ns});
+  }
+  // 16 and 64 heads (a partial head group, one group).
+  check_fast({small ? 2 : 4, 16, 576, 512, small ? 70 : 300, 1000}, sparse_mla_indices::mixed, 99, false, {1, 3});
+  check_fast({2, 64, 576, 512, small ? 100 : 2048, 4096}, sparse_mla_indices::mixed, 100, false, {1, 8});
+}
+
+TEST_CASE("cuda sparse_mla_attention fast kernel: prefill-like, 128 heads, top-2048 over 8K and 64K contexts") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  // Under the sanitizers 3 tokens of 40 entries.
+  const bool small = dsa_test::under_sanitizer();
+  check_fast({small ? 3 : 64, 128, 576, 512, small ? 40 : 2048, 8192}, sparse_mla_indices::mixed, 110, false, {1}, true);
+  if (!small) {
+    // The largest promised shape the exact reference runs in reasonable time: 512 tokens of a
+    // 64K context (the benchmark's prefill is 4096 tokens), bf16 out, one split.
+    check_fast({512, 128, 576, 512, 2048, 65536}, sparse_mla_indices::random, 111, false, {1}, true, false,
+               poison::none, /*both_outputs=*/false);
   }
 }
 

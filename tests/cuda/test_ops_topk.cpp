@@ -1,5 +1,6 @@
 // Top-k selection and row gathering on the CUDA backend: indices identical to the CPU backend over
-// a grid of shapes (the golden 12 x 700, k > range, V3.2's top-2048 of a 128K context), random and
+// a grid of shapes (the golden 12 x 700, k > range, V3.2's top-2048 of a 128K context; the
+// workspace overload's split of 1 to 8 long rows over many blocks), random and
 // causal ranges, heavy ties, NaN / -inf / +inf / signed zeros; the paged variant through a
 // shuffled page table; gather_rows of float, bf16 and cache-row bytes (vectorised and not);
 // device-side values the front-end cannot check (ranges, page-table entries, indices) never read
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -86,6 +88,32 @@ std::vector<std::int32_t> cuda_topk(const std::vector<float>& s, index_t m, inde
   return dsa_test::download(dout, stream.get());
 }
 
+// The workspace overload: split over many blocks where topk_split_applies(m, n).
+std::vector<std::int32_t> cuda_topk_split(const std::vector<float>& s, index_t m, index_t n,
+                                          const std::vector<std::int32_t>& ranges, index_t k) {
+  dsa_test::test_stream stream;
+  auto ds = dsa_test::upload(s, stream.get());
+  auto dr = dsa_test::upload(ranges, stream.get());
+  dsa::device_buffer<std::int32_t> dout(m * k, stream.get());
+  const index_t bytes = dsa::topk_indices_workspace_size(m, n);
+  dsa::device_buffer<std::byte> ws(bytes, stream.get());
+  dsa::topk_indices(stream.backend(), ds.view({m, n}), dr.view({m, 2}), k, dout.view({m, k}),
+                    bytes > 0 ? ws.view({bytes}) : dsa::device_view<std::byte, 1>{});
+  return dsa_test::download(dout, stream.get());
+}
+
+void check_topk_split(index_t m, index_t n, index_t k, pattern kind, std::uint64_t seed) {
+  CAPTURE(m);
+  CAPTURE(n);
+  CAPTURE(k);
+  CAPTURE(static_cast<int>(kind));
+  const auto s = make_scores(m, n, kind, seed);
+  const auto ranges = make_ranges(m, n, seed + 1);
+  const auto expected = cpu_topk(s, m, n, ranges, k);
+  dsa_test::check_bits_equal("split indices", cuda_topk_split(s, m, n, ranges, k), expected);
+  dsa_test::check_bits_equal("one-block indices", cuda_topk(s, m, n, ranges, k), expected);
+}
+
 void check_topk(index_t m, index_t n, index_t k, pattern kind, std::uint64_t seed) {
   CAPTURE(m);
   CAPTURE(n);
@@ -116,6 +144,45 @@ TEST_CASE("cuda topk_indices: V3.2 decode shape, top-2048 of a 128K context") {
   DSA_TEST_REQUIRE_CUDA_DEVICE();
   check_topk(4, 131072, 2048, pattern::normal, 77);
   check_topk(4, 131072, 2048, pattern::ties, 78);
+}
+
+TEST_CASE("cuda topk_indices, workspace overload: a few long rows split over many blocks, the CPU's indices") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  std::uint64_t seed = 300;
+  for (const pattern kind : {pattern::normal, pattern::ties, pattern::specials}) {
+    check_topk_split(1, 8192, 2048, kind, ++seed);            // the smallest split row
+    check_topk_split(2, 20000, 512, kind, ++seed);            // a partial last chunk; random, causal ranges
+    check_topk_split(8, 20000, 2048, kind, ++seed);           // eight rows: every range pattern, empty included
+    check_topk_split(4, 20000, 30000, kind, ++seed);          // k beyond every range: all of it, then -1
+    check_topk_split(3, 40000, 1, kind, ++seed);              // k = 1
+    check_topk_split(9, 20000, 64, kind, ++seed);             // nine rows: the one-block kernel, workspace 0
+  }
+}
+
+TEST_CASE("cuda topk_indices, workspace overload: V3.2 decode, top-2048 of a 128K context, one to eight rows") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  check_topk_split(1, 131072, 2048, pattern::normal, 401);
+  check_topk_split(1, 131072, 2048, pattern::ties, 402);
+  check_topk_split(8, 131072 + 333, 2048, pattern::specials, 403);
+}
+
+TEST_CASE("cuda topk_indices, workspace overload: every score equal, NaN rows, device ranges clamped") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  const index_t m = 4, n = 9000, k = 100;
+  std::vector<float> s(static_cast<std::size_t>(m * n), 1.5f);
+  std::fill(s.begin() + 2 * n, s.begin() + 3 * n, std::numeric_limits<float>::quiet_NaN());
+  const std::vector<std::int32_t> ranges = {0, 9000, 17, 8999, 0, 9000, 4000, 4050};
+  const auto got = cuda_topk_split(s, m, n, ranges, k);
+  dsa_test::check_bits_equal("indices", got, cpu_topk(s, m, n, ranges, k));
+  CHECK(got[0] == 0);
+  CHECK(got[static_cast<std::size_t>(k)] == 17);
+  CHECK(got[static_cast<std::size_t>(2 * k)] == 0);
+  CHECK(got[static_cast<std::size_t>(3 * k + 50)] == -1);
+  const auto t = make_scores(m, n, pattern::normal, 5);
+  const std::vector<std::int32_t> bad = {-100, 50, 400, 100000, 300, 200, std::numeric_limits<std::int32_t>::min(),
+                                         std::numeric_limits<std::int32_t>::max()};
+  const std::vector<std::int32_t> clamped = {0, 50, 400, 9000, 300, 300, 0, 9000};
+  dsa_test::check_bits_equal("clamped", cuda_topk_split(t, m, n, bad, k), cpu_topk(t, m, n, clamped, k));
 }
 
 TEST_CASE("cuda topk_indices: every score equal, and a row of NaN") {

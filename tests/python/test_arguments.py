@@ -125,7 +125,8 @@ def test_the_valid_calls_run(op):
 def test_every_public_op_is_covered():
     ops = {n for n in dsa.__all__ if callable(getattr(dsa, n)) and n not in (
         "Error", "NonFiniteError", "NonFiniteWarning", "Sequence", "Transformer", "validate", "validate_model", "built_with_cuda", "causal_ranges",
-        "cuda_available", "cuda_device_count", "get_num_threads", "has_ml_dtypes", "set_num_threads",
+        "cuda_available", "cuda_device_count", "get_cuda_kernels", "get_num_threads", "has_ml_dtypes",
+        "set_cuda_kernels", "set_num_threads",
         "sparse_mla_attention_num_splits", "sparse_mla_attention_workspace_size")}
     assert ops == set(CALLS)
 
@@ -315,6 +316,38 @@ def test_thread_counts_are_bounded_where_they_are_given():
     assert dsa._core.max_threads == 4096
     with pytest.raises(dsa.Error, match="threads = 4097"):
         dsa._core.topk_indices(np.ones((2, 8), np.float32), _ranges(2, 8), 3, np.zeros((2, 3), np.int32), 4097, 0)
+
+
+def test_cuda_kernels_setting_and_argument():
+    # dsa.set_cuda_kernels / kernels=: 'fast' or 'exact', checked like every name argument, before
+    # anything runs; CPU arrays take either (they have one set of kernels).
+    old = dsa.get_cuda_kernels()
+    assert old == "fast"
+    try:
+        for bad in (None, 1, True, b"fast", "turbo", "FAST", "\x1b[2J"):
+            with pytest.raises(dsa.Error, match=r"^dsa::set_cuda_kernels: kernels = .*; expected 'fast' \(tensor "
+                                                r"cores where the GPU has them\) or 'exact'") as e:
+                dsa.set_cuda_kernels(bad)
+            assert "\x1b" not in str(e.value)
+            assert dsa.get_cuda_kernels() == old
+        dsa.set_cuda_kernels("exact")
+        assert dsa.get_cuda_kernels() == "exact"
+        for op in ("lightning_indexer_scores", "lightning_indexer_scores_paged", "sparse_mla_attention"):
+            _run(op)
+    finally:
+        dsa.set_cuda_kernels(old)
+    for op in ("lightning_indexer_scores", "lightning_indexer_scores_paged", "sparse_mla_attention"):
+        for good in ("fast", "exact", None):
+            _run(op, kernels=good)
+        for bad in ("turbo", 0, b"exact"):
+            with pytest.raises(dsa.Error, match=rf"^dsa::{op}: kernels = .*; expected None, 'fast' \(tensor cores"):
+                _run(op, kernels=bad)
+    # The binding checks the name too (the Python layer's message).
+    with pytest.raises(dsa.Error, match=r"^dsa::sparse_mla_attention: kernels = 'tensor'; expected None, 'fast'"):
+        q = np.zeros((1, 1, 8), np.uint16)
+        dsa._core.sparse_mla_attention(q, np.zeros((2, 8), np.uint16), np.zeros((1, 2), np.int32),
+                                       np.zeros((1, 1, 8), np.float32), np.zeros((1, 1), np.float32), None, None,
+                                       0.5, 8, 1, 1, 0, "tensor")
 
 
 def test_helpers_check_their_arguments():

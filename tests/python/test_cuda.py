@@ -282,7 +282,8 @@ def test_lightning_indexer(torch, rng):
     m, h, d, n = 4, 8, 128, 300
     q, k = u8(random_e4m3(rng, (m, h, d))), u8(random_e4m3(rng, (n, d)))
     w, ks = f32(rng.standard_normal((m, h))), f32(rng.random(n) + 0.5)
-    assert_identical(*both(dsa.lightning_indexer_scores, q, w, k, ks))
+    # The exact kernels (the default) are the CPU's bits; the fast ones are checked below.
+    assert_identical(*both(dsa.lightning_indexer_scores, q, w, k, ks, kernels="exact"))
     # fp32 q and k: bit-identical on exact arithmetic (docs/cuda.md), so exactly representable data.
     qf, kf = f32(small_ints(rng, (m, h, d), scale=0.25)), f32(small_ints(rng, (n, d), scale=0.25))
     wf = f32(small_ints(rng, (m, h), scale=0.125))
@@ -293,7 +294,7 @@ def test_lightning_indexer(torch, rng):
     cache = dsa.indexer_cache_pack(k, ks)
     table = i32(np.arange(300 // 50).reshape(1, -1).repeat(m, 0))
     ranges = i32(dsa.causal_ranges(m, n))  # every array of one call on the tensors' device
-    assert_identical(*both(dsa.lightning_indexer_scores_paged, q, w, cache, table, 50, ranges))
+    assert_identical(*both(dsa.lightning_indexer_scores_paged, q, w, cache, table, 50, ranges, kernels="exact"))
     proj, qs = f32(rng.standard_normal((m, h))), f32(rng.random((m, h)))
     assert_identical(*both(dsa.lightning_indexer_weights, proj, qs, h ** -0.5, d ** -0.5))
 
@@ -309,17 +310,89 @@ def test_sparse_mla_attention(torch, rng):
     for rows in (kv, dsa.kv_cache_fp8_pack(kv)):
         for splits in (1, 3):
             (ro, rl, rp), (go, gl, gp) = both(
-                lambda *a: dsa.sparse_mla_attention(*a, scale, return_probs=True, num_splits=splits), q, rows, idx)
+                lambda *a: dsa.sparse_mla_attention(*a, scale, return_probs=True, num_splits=splits, kernels="exact"),
+                q, rows, idx)
             torch.testing.assert_close(go, ro, atol=4e-3, rtol=0)
             assert torch.equal(torch.isinf(gl), torch.isinf(rl))
             fin = torch.isfinite(rl)
             torch.testing.assert_close(gl[fin], rl[fin], atol=2e-4, rtol=0)
             torch.testing.assert_close(gp, rp, atol=2e-5, rtol=0)
             assert torch.all(go[2] == 0) and torch.all(gl[2] == float("inf"))
-        (ro, rl), (go, gl) = both(lambda *a: dsa.sparse_mla_attention(*a, scale, out_dtype="bfloat16"), q, rows, idx)
+        (ro, rl), (go, gl) = both(
+            lambda *a: dsa.sparse_mla_attention(*a, scale, out_dtype="bfloat16", kernels="exact"), q, rows, idx)
         # docs/cuda.md: the fp32 bound plus one bf16 rounding on each side (2^-9 |out| each); a
         # small output may differ by several bf16 ulps (seen on an H200: 4).
         torch.testing.assert_close(go.float(), ro.float(), atol=4e-3, rtol=2 ** -8)
+
+
+def calc_diff(x, y):
+    """DeepGEMM's 1 - 2 sum(xy) / sum(x^2 + y^2), non-finite entries as 0."""
+    import torch
+    x, y = x.double(), y.double()
+    x, y = torch.where(torch.isfinite(x), x, 0), torch.where(torch.isfinite(y), y, 0)
+    den = (x * x + y * y).sum()
+    return 0.0 if den == 0 else float(1 - 2 * (x * y).sum() / den)
+
+
+def assert_same_nonfinite(got, ref):
+    import torch
+    for f in (torch.isnan, torch.isposinf, torch.isneginf):
+        assert torch.equal(f(got), f(ref))
+
+
+def assert_flashmla_close(got, ref, abs_tol, rel_tol, cos_tol=5e-6):
+    """FlashMLA's check_is_allclose: the non-finite pattern, abs or rel per element, the cos diff."""
+    import torch
+    got, ref = got.float(), ref.float()
+    assert_same_nonfinite(got, ref)
+    fin = torch.isfinite(ref)
+    err = (got[fin] - ref[fin]).abs()
+    assert bool(((err <= abs_tol) | (err <= rel_tol * ref[fin].abs())).all()), float(err.max())
+    assert calc_diff(got, ref) < cos_tol
+
+
+def test_fast_kernels_against_the_exact_ones(torch, rng):
+    """kernels='fast' against kernels='exact' (the default) on the same CUDA tensors, with the
+    anchors' criteria (docs/cuda.md): the indexer's scores with DeepGEMM's, sparse MLA attention
+    with FlashMLA's; dsa.set_cuda_kernels changes the default."""
+    cuda = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()  # noqa: E731
+    m, h, d, n = 16, 64, 128, 3000
+    q, k = cuda(random_e4m3(rng, (m, h, d))), cuda(random_e4m3(rng, (n, d)))
+    w, ks = cuda(rng.standard_normal((m, h)).astype(np.float32) * 0.01), cuda(rng.random(n).astype(np.float32) + 0.5)
+    exact = dsa.lightning_indexer_scores(q, w, k, ks, kernels="exact")
+    fast = dsa.lightning_indexer_scores(q, w, k, ks, kernels="fast")
+    assert_same_nonfinite(fast, exact)
+    assert calc_diff(fast, exact) < 5e-6
+    assert dsa.get_cuda_kernels() == "exact"
+    assert torch.equal(bits(dsa.lightning_indexer_scores(q, w, k, ks)), bits(exact))
+    old = dsa.get_cuda_kernels()
+    try:
+        dsa.set_cuda_kernels("fast")
+        assert torch.equal(bits(dsa.lightning_indexer_scores(q, w, k, ks)), bits(fast))  # deterministic
+    finally:
+        dsa.set_cuda_kernels(old)
+    cache = dsa.indexer_cache_pack(k, ks)
+    table = cuda(np.stack([rng.permutation(n // 50) for _ in range(m)]).astype(np.int32))
+    ranges = cuda(dsa.causal_ranges(m, n))
+    pe = dsa.lightning_indexer_scores_paged(q, w, cache, table, 50, ranges, kernels="exact")
+    pf = dsa.lightning_indexer_scores_paged(q, w, cache, table, 50, ranges, kernels="fast")
+    assert_same_nonfinite(pf, pe)
+    assert calc_diff(pf, pe) < 5e-6
+
+    s, h, dqk, n, topk = 4, 128, 576, 4096, 2048
+    q = bf16(rng.standard_normal((s, h, dqk))).cuda()
+    kv = bf16(rng.standard_normal((n, dqk)) * 1.5).cuda()
+    idx = rng.integers(0, n, (s, topk)).astype(np.int32)
+    idx[1, 1000:] = -1
+    idx[2, :] = -1
+    idx = cuda(idx)
+    for rows in (kv, dsa.kv_cache_fp8_pack(kv)):
+        for splits in (1, 8):
+            ro, rl = dsa.sparse_mla_attention(q, rows, idx, dqk ** -0.5, num_splits=splits, kernels="exact")
+            go, gl = dsa.sparse_mla_attention(q, rows, idx, dqk ** -0.5, num_splits=splits, kernels="fast")
+            assert_flashmla_close(go, ro, 1e-3, 2.01 / 128)
+            assert_flashmla_close(gl, rl, 1e-6, 8.01 / 65536)
+            assert torch.all(go[2] == 0) and torch.all(gl[2] == float("inf"))
 
 
 def test_sparse_mha_attention(torch, rng):

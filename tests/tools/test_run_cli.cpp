@@ -116,8 +116,16 @@ TEST_CASE("dsa_run --backend cuda runs on a GPU, and says clearly why it cannot 
   if (dsa::has_device()) {
     CHECK(r.exit_code == 0);
     CHECK(contains(r.output, "backend: cuda ("));
+    CHECK(contains(r.output, "; kernels: fast"));
     CHECK(contains(r.output, "generated ids:"));
     CHECK(contains(r.output, "decode: 2 tokens in"));
+    // The exact kernels one option away.
+    const auto e = run_dsa_run(dir, {"--model", dsa_test::tiny_dir.string(), "--prompt-ids", "5 17 3 99",
+                                     "--max-new-tokens", "3", "--backend", "cuda", "--cuda-kernels", "exact", "--quiet"});
+    CAPTURE(e.output);
+    CHECK(e.exit_code == 0);
+    CHECK(contains(e.output, "; kernels: exact"));
+    CHECK(contains(e.output, "decode: 2 tokens in"));
   } else {
     CHECK(r.exit_code == 2);
     CHECK(contains(r.output, "dsa_run: --backend cuda: no CUDA device is visible to this process"));
@@ -134,6 +142,14 @@ TEST_CASE("dsa_run --backend cuda runs on a GPU, and says clearly why it cannot 
   const auto b = run_dsa_run(dir, {"--model", dsa_test::tiny_dir.string(), "--prompt-ids", "5", "--backend", "tpu"});
   CHECK(b.exit_code == 2);
   CHECK(contains(b.output, "--backend = 'tpu'; expected cpu or cuda"));
+  // --cuda-kernels: exact or fast, and only with the CUDA backend, whatever the build.
+  const auto k = run_dsa_run(dir, {"--model", dsa_test::tiny_dir.string(), "--prompt-ids", "5", "--backend", "cuda",
+                                   "--cuda-kernels", "tensor"});
+  CHECK(k.exit_code == 2);
+  CHECK(contains(k.output, "--cuda-kernels = 'tensor'; expected exact or fast"));
+  const auto c = run_dsa_run(dir, {"--model", dsa_test::tiny_dir.string(), "--prompt-ids", "5", "--cuda-kernels", "exact"});
+  CHECK(c.exit_code == 2);
+  CHECK(contains(c.output, "--cuda-kernels applies to --backend cuda"));
 }
 
 #endif

@@ -212,6 +212,10 @@ TEST_CASE("dsa_validate usage errors exit 2") {
            {{g, "--cuda-linear", "magma"}, "--cuda-linear = 'magma'; expected cublas or simt"},
            {{g, "--backend", "cuda", "--cuda-linear", "simt"}, "--cuda-linear with a primitives file"},
            {{"--model", "m", "--cuda-linear", "cublas"}, "--cuda-linear with --backend cpu"},
+           {{g, "--backend", "cuda", "--cuda-kernels", "turbo"}, "--cuda-kernels = 'turbo'; expected exact or fast"},
+           {{g, "--backend", "cuda", "--cuda-kernels"}, "--cuda-kernels needs a value"},
+           {{g, "--cuda-kernels", "exact"}, "--cuda-kernels with --backend cpu; it selects the CUDA backend's kernels"},
+           {{"--model", "m", "--backend", "cpu", "--cuda-kernels", "fast"}, "--cuda-kernels with --backend cpu"},
            {{g, g}, "more than one input file (" + q(g) + ", " + q(g) + ")"},
            // argv text that could drive a terminal is escaped (issue 33, class 6)
            {{g, "--backend", "\x1b[2Jcpu"}, "--backend = '\\x1b[2Jcpu'; expected cpu or cuda"},
@@ -991,8 +995,17 @@ TEST_CASE("dsa_validate --backend cuda passes the golden file, dumps bit-exact g
   CAPTURE(r.output);
   CHECK(r.exit_code == 0);
   CHECK(contains(r.output, "backend cuda (device "));
+  CHECK(contains(r.output, "), fast kernels"));
   CHECK(contains(r.output, "9 groups: 9 passed, 0 failed"));
   CHECK_FALSE(contains(r.output, "FAIL"));
+  // The exact kernels and the fast ones named: the same groups pass.
+  for (const char* kernels : {"exact", "fast"}) {
+    const auto k = run_tool(dir, {golden_path.string(), "--backend", "cuda", "--cuda-kernels", kernels});
+    CAPTURE(k.output);
+    CHECK(k.exit_code == 0);
+    CHECK(contains(k.output, std::string("), ") + kernels + " kernels"));
+    CHECK(contains(k.output, "9 groups: 9 passed, 0 failed"));
+  }
   const auto golden = dsa::safetensors_file::open(golden_path);
   const auto d = dsa::safetensors_file::open(dump);
   CHECK(d.metadata().at("dsa_validate.backend") == "cuda");
@@ -1030,9 +1043,11 @@ TEST_CASE("dsa_validate --model --backend cuda replays the golden tiny model") {
     return;
   }
   temp_dir dir;
-  // The default (cuBLAS) and dsa's SIMT kernel for dsa::linear: the same golden criteria.
-  for (const std::vector<std::string>& linear :
-       std::vector<std::vector<std::string>>{{}, {"--cuda-linear", "cublas"}, {"--cuda-linear", "simt"}}) {
+  // The default (cuBLAS) and dsa's SIMT kernel for dsa::linear, the fast and the exact kernels of
+  // the indexer and sparse MLA attention: the same golden criteria.
+  for (const std::vector<std::string>& linear : std::vector<std::vector<std::string>>{
+           {}, {"--cuda-linear", "cublas"}, {"--cuda-linear", "simt"}, {"--cuda-kernels", "exact"},
+           {"--cuda-kernels", "fast", "--cuda-linear", "simt"}}) {
     std::vector<std::string> args{"--model", tiny_dir.string(), "--backend", "cuda"};
     args.insert(args.end(), linear.begin(), linear.end());
     const auto r = run_tool(dir, args);

@@ -42,17 +42,25 @@ std::string cuda_device_description();
 ///     contiguous host tensors),
 ///  2. fills every output buffer with output_poison_byte (validate/executor.hpp), so that an
 ///     element the kernel fails to write fails its comparison instead of passing as a zero,
-///  3. calls dsa::<op>(cuda_backend{stream}, device views..., config): the real front-end,
-///     op_impl<cuda_backend, ...> and kernel,
+///  3. calls dsa::<op>(cuda_backend{stream, ..., kernels}, device views..., config): the real
+///     front-end, op_impl<cuda_backend, ...> and kernel (the fast or the exact one of the ops
+///     that have both: --cuda-kernels),
 ///  4. copies the outputs into the host views and synchronises the stream.
 /// Front-end errors (dsa::error) propagate as they are (run_group reports them as input errors);
 /// CUDA runtime errors (dsa::cuda_error, e.g. a kernel fault) become backend_error.
 class cuda_executor {
  public:
-  explicit cuda_executor(cudaStream_t stream = nullptr) : stream_(stream) {}
+  explicit cuda_executor(cudaStream_t stream = nullptr, dsa::cuda_kernel_path kernels = dsa::default_cuda_kernel_path)
+      : stream_(stream), kernels_(kernels) {}
 
   std::string_view backend_name() const { return dsa::cuda_backend::name; }
   cudaStream_t stream() const { return stream_; }
+  /// The backend every op runs on: the stream and the kernels of --cuda-kernels.
+  dsa::cuda_backend backend() const {
+    dsa::cuda_backend be{stream_};
+    be.kernels = kernels_;
+    return be;
+  }
 
   void hadamard_transform(dsa::host_view<const dsa::bf16, 2> x, dsa::host_view<dsa::bf16, 2> y, float scale) const;
   void hadamard_transform(dsa::host_view<const float, 2> x, dsa::host_view<float, 2> y, float scale) const;
@@ -83,16 +91,18 @@ class cuda_executor {
 
  private:
   cudaStream_t stream_ = nullptr;
+  dsa::cuda_kernel_path kernels_ = dsa::default_cuda_kernel_path;
 };
 
 /// --model DIR --backend cuda: run_model_case (validate/model_replay.hpp) on
 /// dsa::model::transformer<dsa::cuda_backend> on the default stream of the current device; the
-/// same replay and criteria as on the CPU, dsa::linear on `linear` (--cuda-linear), the computed
-/// tensors kept only with `keep_outputs` (for --dump).
+/// same replay and criteria as on the CPU, dsa::linear on `linear` (--cuda-linear), the ops with
+/// two kernels on `kernels` (--cuda-kernels), the computed tensors kept only with
+/// `keep_outputs` (for --dump).
 /// CUDA runtime errors become backend_error; a malformed directory throws as on the CPU
 /// (dsa::error, input_error).
 model_case_result run_model_case_cuda(const std::filesystem::path& dir, dsa::cuda_linear_path linear,
-                                      bool keep_outputs);
+                                      dsa::cuda_kernel_path kernels, bool keep_outputs);
 
 // ---- definitions ------------------------------------------------------------------------------
 
@@ -143,16 +153,16 @@ void unstage(dsa::host_view<T, R> h, const device_tensor<T, R>& d, cudaStream_t 
   dsa::copy_to_host(h, dsa::device_view<const T, R>(d.view), stream);
 }
 
-/// Runs `body(be)` (stage, op, unstage) on cuda_backend{stream}, then waits for the stream so
-/// that the host outputs are complete and an asynchronous kernel fault surfaces here, attributed
-/// to `op` (the body's device buffers are freed when it returns; a fault that cudaFree meets is
-/// sticky and reported by the synchronise). CUDA runtime failures become backend_error; the
-/// front-ends' dsa::error (a shape the op rejects) passes through.
+/// Runs `body(be)` (stage, op, unstage) on `be`, then waits for its stream so that the host
+/// outputs are complete and an asynchronous kernel fault surfaces here, attributed to `op` (the
+/// body's device buffers are freed when it returns; a fault that cudaFree meets is sticky and
+/// reported by the synchronise). CUDA runtime failures become backend_error; the front-ends'
+/// dsa::error (a shape the op rejects) passes through.
 template <class Body>
-void run_staged(const char* op, cudaStream_t stream, Body&& body) {
+void run_staged(const char* op, const dsa::cuda_backend& be, Body&& body) {
   try {
-    std::forward<Body>(body)(dsa::cuda_backend{stream});
-    DSA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::forward<Body>(body)(be);
+    DSA_CUDA_CHECK(cudaStreamSynchronize(be.stream));
   } catch (const dsa::cuda_error& e) {
     throw backend_error(std::string(op) + " on the CUDA backend: " + e.what());
   }
@@ -174,7 +184,7 @@ inline std::string cuda_device_description() {
 
 inline void cuda_executor::hadamard_transform(dsa::host_view<const dsa::bf16, 2> x, dsa::host_view<dsa::bf16, 2> y,
                                               float scale) const {
-  staging::run_staged("hadamard_transform", stream_, [&](const auto& be) {
+  staging::run_staged("hadamard_transform", backend(), [&](const auto& be) {
     const auto dx = staging::stage_in(x, stream_);
     const auto dy = staging::stage_out(y, stream_);
     dsa::hadamard_transform(be, dx.view, dy.view, scale);
@@ -184,7 +194,7 @@ inline void cuda_executor::hadamard_transform(dsa::host_view<const dsa::bf16, 2>
 
 inline void cuda_executor::hadamard_transform(dsa::host_view<const float, 2> x, dsa::host_view<float, 2> y,
                                               float scale) const {
-  staging::run_staged("hadamard_transform", stream_, [&](const auto& be) {
+  staging::run_staged("hadamard_transform", backend(), [&](const auto& be) {
     const auto dx = staging::stage_in(x, stream_);
     const auto dy = staging::stage_out(y, stream_);
     dsa::hadamard_transform(be, dx.view, dy.view, scale);
@@ -194,7 +204,7 @@ inline void cuda_executor::hadamard_transform(dsa::host_view<const float, 2> x, 
 
 inline void cuda_executor::act_quant(dsa::host_view<const dsa::bf16, 2> x, dsa::host_view<dsa::fp8_e4m3, 2> q,
                                      dsa::host_view<float, 2> s, const dsa::act_quant_config& cfg) const {
-  staging::run_staged("act_quant", stream_, [&](const auto& be) {
+  staging::run_staged("act_quant", backend(), [&](const auto& be) {
     const auto dx = staging::stage_in(x, stream_);
     const auto dq = staging::stage_out(q, stream_);
     const auto ds = staging::stage_out(s, stream_);
@@ -206,7 +216,7 @@ inline void cuda_executor::act_quant(dsa::host_view<const dsa::bf16, 2> x, dsa::
 
 inline void cuda_executor::weight_quant(dsa::host_view<const float, 2> w, dsa::host_view<dsa::fp8_e4m3, 2> q,
                                         dsa::host_view<float, 2> s) const {
-  staging::run_staged("weight_quant", stream_, [&](const auto& be) {
+  staging::run_staged("weight_quant", backend(), [&](const auto& be) {
     const auto dw = staging::stage_in(w, stream_);
     const auto dq = staging::stage_out(q, stream_);
     const auto ds = staging::stage_out(s, stream_);
@@ -222,7 +232,7 @@ inline void cuda_executor::lightning_indexer_scores(dsa::host_view<const dsa::fp
                                                     dsa::host_view<const float, 1> k_scale,
                                                     dsa::host_view<const std::int32_t, 2> ranges,
                                                     dsa::host_view<float, 2> scores) const {
-  staging::run_staged("lightning_indexer_scores", stream_, [&](const auto& be) {
+  staging::run_staged("lightning_indexer_scores", backend(), [&](const auto& be) {
     const auto dq = staging::stage_in(q, stream_);
     const auto dw = staging::stage_in(w, stream_);
     const auto dk = staging::stage_in(k, stream_);
@@ -237,7 +247,7 @@ inline void cuda_executor::lightning_indexer_scores(dsa::host_view<const dsa::fp
 inline void cuda_executor::topk_indices(dsa::host_view<const float, 2> scores,
                                         dsa::host_view<const std::int32_t, 2> ranges, dsa::index_t k,
                                         dsa::host_view<std::int32_t, 2> indices) const {
-  staging::run_staged("topk_indices", stream_, [&](const auto& be) {
+  staging::run_staged("topk_indices", backend(), [&](const auto& be) {
     const auto ds = staging::stage_in(scores, stream_);
     const auto dr = staging::stage_in(ranges, stream_);
     const auto di = staging::stage_out(indices, stream_);
@@ -262,7 +272,7 @@ inline void cuda_executor::sparse_mla_attention(dsa::host_view<const dsa::bf16, 
                                                 dsa::host_view<const std::int32_t, 2> indices,
                                                 dsa::host_view<float, 3> out, dsa::host_view<float, 2> lse,
                                                 const dsa::sparse_mla_config& cfg) const {
-  staging::run_staged("sparse_mla_attention", stream_, [&](const auto& be) {
+  staging::run_staged("sparse_mla_attention", backend(), [&](const auto& be) {
     const auto dq = staging::stage_in(q, stream_);
     const auto dkv = staging::stage_in(kv, stream_);
     const auto di = staging::stage_in(indices, stream_);
@@ -285,7 +295,7 @@ inline void cuda_executor::indexer_kl_loss_dense(dsa::host_view<const float, 3> 
                                                  dsa::host_view<const std::int32_t, 2> ranges,
                                                  dsa::host_view<float, 1> loss,
                                                  dsa::host_view<float, 2> grad_index) const {
-  staging::run_staged("indexer_kl_loss_dense", stream_, [&](const auto& be) {
+  staging::run_staged("indexer_kl_loss_dense", backend(), [&](const auto& be) {
     const auto da = staging::stage_in(attn, stream_);
     const auto di = staging::stage_in(index_scores, stream_);
     const auto dr = staging::stage_in(ranges, stream_);
@@ -303,7 +313,7 @@ inline void cuda_executor::indexer_kl_loss_sparse(dsa::host_view<const float, 3>
                                                   dsa::host_view<const std::int32_t, 2> topk,
                                                   dsa::host_view<float, 1> loss,
                                                  dsa::host_view<float, 2> grad_index) const {
-  staging::run_staged("indexer_kl_loss_sparse", stream_, [&](const auto& be) {
+  staging::run_staged("indexer_kl_loss_sparse", backend(), [&](const auto& be) {
     const auto da = staging::stage_in(attn, stream_);
     const auto di = staging::stage_in(index_scores, stream_);
     const auto dt = staging::stage_in(topk, stream_);
@@ -318,13 +328,13 @@ inline void cuda_executor::indexer_kl_loss_sparse(dsa::host_view<const float, 3>
 }
 
 inline model_case_result run_model_case_cuda(const std::filesystem::path& dir, dsa::cuda_linear_path linear,
-                                             bool keep_outputs) {
+                                             dsa::cuda_kernel_path kernels, bool keep_outputs) {
   try {
     // The default stream; the transformer owns a cuBLAS handle (blas == nullptr; none with the
     // SIMT linear) and returns from each forward() once the logits are on the host, so nothing is
     // left in flight here.
-    return run_model_case(dsa::cuda_backend{nullptr, nullptr, linear}, dir, dsa::model::forward_options{}.max_chunk,
-                          keep_outputs);
+    return run_model_case(dsa::cuda_backend{nullptr, nullptr, linear, kernels}, dir,
+                          dsa::model::forward_options{}.max_chunk, keep_outputs);
   } catch (const dsa::cuda_error& e) {
     throw backend_error(std::string("model::transformer on the CUDA backend: ") + e.what());
   }

@@ -442,6 +442,13 @@ struct op_impl<cpu_backend, fp8_linear_op> {
                   tensor_view<const float, 2> w_scale, tensor_view<O, 2> y, scale_format act_format) {
     cpu_detail::fp8_linear_dispatch(be, x, w, w_scale, y, act_format);
   }
+  // The workspace overload: the CPU's kernels keep their own scratch and ignore it.
+  template <class X, class O>
+  static void run(const cpu_backend& be, tensor_view<const X, 2> x, tensor_view<const fp8_e4m3, 2> w,
+                  tensor_view<const float, 2> w_scale, tensor_view<O, 2> y, scale_format act_format,
+                  tensor_view<std::byte, 1> /*workspace*/) {
+    cpu_detail::fp8_linear_dispatch(be, x, w, w_scale, y, act_format);
+  }
 };
 
 /// y [t, out] = x [t, in] . dequant(w)^T as dsa::fp8_linear, with w packed by pack_fp8_weight

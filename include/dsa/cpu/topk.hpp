@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -352,6 +353,12 @@ struct op_impl<cpu_backend, topk_indices_op> {
   static void run(const cpu_backend& be, tensor_view<const float, 2> scores, tensor_view<const std::int32_t, 2> ranges,
                   index_t k, tensor_view<std::int32_t, 2> indices) {
     cpu_detail::topk_rows(be, scores, ranges, k, indices, [](index_t, std::int32_t*) {});
+  }
+  // The workspace overload: the CPU splits long rows over its threads with host scratch of its
+  // own (see the top of this header) and ignores the workspace.
+  static void run(const cpu_backend& be, tensor_view<const float, 2> scores, tensor_view<const std::int32_t, 2> ranges,
+                  index_t k, tensor_view<std::int32_t, 2> indices, tensor_view<std::byte, 1> /*workspace*/) {
+    run(be, scores, ranges, k, indices);
   }
 };
 

@@ -8,7 +8,9 @@
 //
 // The dense matrix products (dsa::linear) run on cuBLAS and need a handle in `blas`
 // (dsa::cublas_handle, dsa/cuda/blas.hpp); every other op ignores it, so `cuda_backend{stream}`
-// stays valid for them. An op that uses the handle binds it to `stream` (cublasSetStream) before
+// stays valid for them. fp8_linear's tensor-core path (with a workspace, kernels == fast) runs on
+// cuBLASLt through `blaslt` (dsa::cublaslt_handle) and, where cuBLASLt has no algorithm, on
+// cuBLAS's bf16 GEMM through `blas`. An op that uses the handle binds it to `stream` (cublasSetStream) before
 // each call; as cuBLAS requires, one handle must not be used by two host threads at once.
 // `linear = cuda_linear_path::simt` runs dsa::linear on dsa's own SIMT kernel instead, with no
 // handle: slower, but every store is one that compute-sanitizer's initcheck sees (it misses those
@@ -19,6 +21,7 @@
 // (the op implementations that launch kernels are .cuh and need nvcc).
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -39,9 +42,20 @@ enum class cuda_linear_path : unsigned char {
 /// the anchors' tolerances (docs/cuda.md, "Exact and fast kernels"). An op without a fast kernel,
 /// or on a GPU its fast kernel does not support, runs its exact one.
 enum class cuda_kernel_path : unsigned char {
-  fast,   ///< tensor cores where the op has a fast kernel and the GPU supports it (the default)
+  fast,   ///< tensor cores where the op has a fast kernel and the GPU supports it
   exact,  ///< the exact kernels everywhere
 };
+
+/// The kernels a cuda_backend runs unless told otherwise, and the default of every switch over
+/// them (dsa_run and dsa_validate --cuda-kernels, Python's kernels=). Exact until the fast
+/// kernels have passed their tests, golden replays and sanitizers on a GPU (docs/cuda.md,
+/// "Exact and fast kernels"); then fast, in this one place.
+inline constexpr cuda_kernel_path default_cuda_kernel_path = cuda_kernel_path::exact;
+
+/// "fast" or "exact": the switches' spelling of `path`.
+constexpr const char* cuda_kernel_path_name(cuda_kernel_path path) noexcept {
+  return path == cuda_kernel_path::fast ? "fast" : "exact";
+}
 
 /// The CUDA backend: a stream on the current device, the cuBLAS handle of the ops that call
 /// cuBLAS (null: those ops throw dsa::error; the others never need one), the kernels of
@@ -52,7 +66,10 @@ struct cuda_backend {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   cuda_linear_path linear = cuda_linear_path::cublas;
-  cuda_kernel_path kernels = cuda_kernel_path::fast;
+  cuda_kernel_path kernels = default_cuda_kernel_path;
+  /// The cuBLASLt handle of fp8_linear's block-scaled FP8 GEMM (dsa::cublaslt_handle); only its
+  /// fast path with a workspace uses it (null there: dsa::error naming it).
+  cublasLtHandle_t blaslt = nullptr;
 };
 
 static_assert(backend<cuda_backend>);

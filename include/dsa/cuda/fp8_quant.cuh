@@ -40,6 +40,32 @@ void launch_dequant(const cuda_backend& be, tensor_view<const fp8_e4m3, 2, devic
   DSA_CUDA_CHECK_LAUNCH();
 }
 
+/// act_quant of x [rows, groups * group_size] into codes q (row stride q_row_stride) and scales
+/// at s[r * s_row_stride + g * s_col_stride]: act_quant's layout (s_col_stride 1), or the
+/// transposed one fp8_linear's cuBLASLt path hands to cuBLASLt (s_row_stride 1, s_col_stride rows).
+template <class T>
+void launch_act_quant(const cuda_backend& be, tensor_view<const T, 2, device_space> x, fp8_e4m3* q,
+                      index_t q_row_stride, float* s, index_t s_row_stride, index_t s_col_stride,
+                      act_quant_config cfg) {
+  constexpr int threads = fp8_quant_threads;
+  cuda_kernels::act_quant_params<T> p;
+  p.x = x.data_handle();
+  p.x_row_stride = x.stride(0);
+  p.q = q;
+  p.q_row_stride = q_row_stride;
+  p.s = s;
+  p.s_row_stride = s_row_stride;
+  p.s_col_stride = s_col_stride;
+  p.rows = x.extent(0);
+  p.group_size = cfg.group_size;
+  p.groups_per_row = x.extent(1) / cfg.group_size;
+  p.format = cfg.format;
+  if (p.rows * p.groups_per_row == 0) return;
+  cuda_kernels::act_quant_kernel<T, threads>
+      <<<grid_blocks(p.rows * p.groups_per_row, threads / 32), threads, 0, be.stream>>>(p);
+  DSA_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace cuda_detail
 
 template <>
@@ -48,21 +74,7 @@ struct op_impl<cuda_backend, act_quant_op> {
   static void run(const cuda_backend& be, tensor_view<const T, 2, device_space> x,
                   tensor_view<fp8_e4m3, 2, device_space> q, tensor_view<float, 2, device_space> s,
                   act_quant_config cfg) {
-    constexpr int threads = cuda_detail::fp8_quant_threads;
-    cuda_kernels::act_quant_params<T> p;
-    p.x = x.data_handle();
-    p.x_row_stride = x.stride(0);
-    p.q = q.data_handle();
-    p.q_row_stride = q.stride(0);
-    p.s = s.data_handle();
-    p.s_row_stride = s.stride(0);
-    p.rows = x.extent(0);
-    p.group_size = cfg.group_size;
-    p.groups_per_row = x.extent(1) / cfg.group_size;
-    p.format = cfg.format;
-    cuda_kernels::act_quant_kernel<T, threads>
-        <<<cuda_detail::grid_blocks(p.rows * p.groups_per_row, threads / 32), threads, 0, be.stream>>>(p);
-    DSA_CUDA_CHECK_LAUNCH();
+    cuda_detail::launch_act_quant(be, x, q.data_handle(), q.stride(0), s.data_handle(), s.stride(0), 1, cfg);
   }
 };
 

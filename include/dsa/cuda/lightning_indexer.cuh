@@ -3,6 +3,13 @@
 // scratch memory (the backward reduces each gradient element inside one thread, so grad_k needs
 // no cross-block partials), so the CUDA signatures are the CPU's.
 //
+// The FP8 scores, plain and paged, have a second kernel on the tensor cores
+// (kernels/lightning_indexer_fast_kernel.cuh), which runs when cuda_backend::kernels is
+// cuda_kernel_path::fast, the device has mma.sync and the call is one it holds
+// (kernel_choice.hpp: d = 128, at most 64 heads, 16-byte aligned q rows, 4-byte aligned key
+// rows); it is checked against the exact kernel, not the CPU's bits. The fp32 scores and the
+// backward have the exact kernel only.
+//
 // Parity with the CPU backend: the fp8 scores (dense and paged) are bit-identical (products of
 // e4m3 values are exact, and the head sum runs in the CPU's order with the product rounded
 // first). The fp32 scores and the gradients follow the CPU's order too, but the device fuses
@@ -20,6 +27,8 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/cuda/backend.hpp"
 #include "dsa/cuda/error.hpp"
+#include "dsa/cuda/kernel_choice.hpp"
+#include "dsa/cuda/kernels/lightning_indexer_fast_kernel.cuh"
 #include "dsa/cuda/kernels/lightning_indexer_kernel.cuh"
 #include "dsa/cuda/launch.cuh"
 #include "dsa/ops/lightning_indexer.hpp"
@@ -62,6 +71,36 @@ cuda_kernels::indexer_scores_params<T> make_indexer_scores_params(
   return p;
 }
 
+/// The fast kernel if the backend asks for it and the call fits it (kernel_choice.hpp): true when
+/// it was launched.
+template <bool Paged>
+bool launch_indexer_scores_fast(const cuda_backend& be, const cuda_kernels::indexer_scores_params<fp8_e4m3>& p,
+                                const void* keys, index_t key_stride_bytes) {
+  if (be.kernels != cuda_kernel_path::fast) return false;
+  indexer_call c;
+  c.heads = p.heads;
+  c.d = p.d;
+  c.q = p.q;
+  c.q_stride0 = p.q_stride0;
+  c.q_stride1 = p.q_stride1;
+  c.keys = keys;
+  c.key_stride = key_stride_bytes;
+  const indexer_kernel kernel = choose_indexer_kernel(be.kernels, current_device_caps(), c);
+  if (kernel == indexer_kernel::exact) return false;
+  cuda_kernels::indexer_fast_params fp;
+  fp.base = p;
+  fp.rows_per_item = indexer_fast_rows_per_item(p.m, Paged);
+  fp.key_copy16 = kernel == indexer_kernel::fast_copy16;
+  constexpr index_t smem = cuda_kernels::indexer_fast_smem().bytes;
+  auto* k = cuda_kernels::lightning_indexer_fast_kernel<Paged>;
+  allow_dynamic_shared_memory(k, smem);
+  const index_t items = (p.m + fp.rows_per_item - 1) / fp.rows_per_item *
+                        ((p.n + cuda_kernels::indexer_fast_keys - 1) / cuda_kernels::indexer_fast_keys);
+  k<<<grid_blocks(items, 1), cuda_kernels::indexer_fast_threads, static_cast<std::size_t>(smem), be.stream>>>(fp);
+  DSA_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 }  // namespace cuda_detail
 
 template <>
@@ -72,11 +111,15 @@ struct op_impl<cuda_backend, lightning_indexer_scores_op> {
                   tensor_view<const float, 1, device_space> k_scale,
                   tensor_view<const std::int32_t, 2, device_space> ranges, tensor_view<float, 2, device_space> scores) {
     static_assert(std::is_same_v<T, fp8_e4m3> || std::is_same_v<T, float>);
+    cuda_detail::check_kernel_path("lightning_indexer_scores", be.kernels);
     if (scores.empty()) return;
     auto p = cuda_detail::make_indexer_scores_params<T>(q, w, ranges, scores);
     p.k = k.data_handle();
     p.k_stride0 = k.stride(0);
     p.k_scale = k_scale.data_handle();
+    if constexpr (std::is_same_v<T, fp8_e4m3>) {
+      if (cuda_detail::launch_indexer_scores_fast<false>(be, p, p.k, p.k_stride0)) return;
+    }
     switch (cuda_detail::indexer_rows_per_block(p.m)) {
       case 16: cuda_detail::launch_indexer_scores<T, false, 16>(be, p); break;
       case 4: cuda_detail::launch_indexer_scores<T, false, 4>(be, p); break;
@@ -91,6 +134,7 @@ struct op_impl<cuda_backend, lightning_indexer_scores_paged_op> {
                   tensor_view<const float, 2, device_space> w, tensor_view<const std::uint8_t, 2, device_space> cache,
                   tensor_view<const std::int32_t, 2, device_space> block_table, index_t block_size,
                   tensor_view<const std::int32_t, 2, device_space> ranges, tensor_view<float, 2, device_space> scores) {
+    cuda_detail::check_kernel_path("lightning_indexer_scores_paged", be.kernels);
     if (scores.empty()) return;
     // Each row reads its own block table, so a block holds one query row.
     auto p = cuda_detail::make_indexer_scores_params<fp8_e4m3>(q, w, ranges, scores);
@@ -101,6 +145,7 @@ struct op_impl<cuda_backend, lightning_indexer_scores_paged_op> {
     p.table_stride0 = block_table.stride(0);
     p.max_blocks = block_table.extent(1);
     p.block_size = block_size;
+    if (cuda_detail::launch_indexer_scores_fast<true>(be, p, p.cache, p.cache_stride0)) return;
     cuda_detail::launch_indexer_scores<fp8_e4m3, true, 1>(be, p);
   }
 };

@@ -1,16 +1,22 @@
-// CUDA backend of sparse_mla_attention over the bf16 and the FP8 kv cache (kernels:
-// kernels/sparse_mla_attention_kernel.cuh).
+// CUDA backend of sparse_mla_attention over the bf16 and the FP8 kv cache. Two kernels compute
+// the attention: the exact SIMT kernel (kernels/sparse_mla_attention_kernel.cuh), the validation
+// reference, and the tensor-core one (kernels/sparse_mla_attention_fast_kernel.cuh), which runs
+// when cuda_backend::kernels is cuda_kernel_path::fast, the device has mma.sync and
+// the call is one it holds (kernel_choice.hpp: d_qk a multiple of 64 up to 576, d_v a multiple of
+// 32 up to 512, 16-byte aligned q and cache rows); the exact kernel runs every other call.
 //
 // config.num_splits = 1 runs one kernel that writes out and lse directly (no workspace: the
 // workspace-less overloads). More splits need the workspace overload: the attention kernel writes
 // each split's partial state to the workspace and a combine kernel merges them in ascending split
 // order (sparse_mla_attention_workspace_size, sparse_mla_attention_num_splits in
 // ops/sparse_mla_attention.hpp). probs, when requested, is a third kernel that needs the final
-// lse. All on be.stream, without allocation or synchronisation.
+// lse (the exact kernel's, after either attention kernel). All on be.stream, without allocation
+// or synchronisation.
 //
-// Limits of the kernels (dsa::error before any launch): d_v <= 512, and the head group's queries
-// plus a tile of 32 rows in fp32 must fit the device's shared memory: (48 · d_qk + 512) · 4 bytes + 320
-// (110 KB for V3.2's d_qk = 576, so sm_80 / sm_90 and not the 99 KB of sm_86 / sm_89).
+// Limits of the exact kernels (dsa::error before any launch): d_v <= 512, and the head group's
+// queries plus a tile of 32 rows in fp32 must fit the device's shared memory: (48 · d_qk + 512) ·
+// 4 bytes + 320 (110 KB for V3.2's d_qk = 576, so sm_80 / sm_90 and not the 99 KB of sm_86 /
+// sm_89). The fast kernel needs 157 KB (one K tile) or 195-226 KB (prefetching) at d_qk = 576.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,6 +30,8 @@
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/cuda/backend.hpp"
 #include "dsa/cuda/error.hpp"
+#include "dsa/cuda/kernel_choice.hpp"
+#include "dsa/cuda/kernels/sparse_mla_attention_fast_kernel.cuh"
 #include "dsa/cuda/kernels/sparse_mla_attention_kernel.cuh"
 #include "dsa/cuda/launch.cuh"
 #include "dsa/ops/sparse_mla_attention.hpp"
@@ -81,28 +89,68 @@ inline index_t check_sparse_mla_cuda_limits(index_t d_qk, index_t d_v) {
   return smem;
 }
 
+/// The tensor-core kernel over every (token, 64-head group, split) item.
+template <bool Fp8, bool Prefetch, class O>
+void launch_sparse_mla_fast(const cuda_backend& be, const cuda_kernels::sparse_mla_params<O>& p) {
+  const index_t smem = cuda_kernels::mla_fast_smem(static_cast<int>(p.d_qk), Fp8, Prefetch).bytes;
+  auto* kernel = cuda_kernels::sparse_mla_attention_fast_kernel<Fp8, Prefetch, O>;
+  allow_dynamic_shared_memory(kernel, smem);
+  const index_t groups = (p.h + cuda_kernels::mla_fast_heads - 1) / cuda_kernels::mla_fast_heads;
+  kernel<<<grid_blocks(p.s * groups * p.num_splits, 1), cuda_kernels::mla_fast_threads,
+           static_cast<std::size_t>(smem), be.stream>>>(p);
+  DSA_CUDA_CHECK_LAUNCH();
+}
+
+/// Which attention kernel serves this call on this device (kernel_choice.hpp).
+template <bool Fp8, class O>
+sparse_mla_kernel sparse_mla_kernel_for(const cuda_backend& be, const cuda_kernels::sparse_mla_params<O>& p) {
+  if (be.kernels != cuda_kernel_path::fast) return sparse_mla_kernel::exact;
+  const void* kv = Fp8 ? static_cast<const void*>(p.kv_fp8) : static_cast<const void*>(p.kv);
+  const index_t row_bytes = p.kv_row_stride * (Fp8 ? 1 : static_cast<index_t>(sizeof(bf16)));
+  sparse_mla_call c;
+  c.d_qk = p.d_qk;
+  c.d_v = p.d_v;
+  c.fp8 = Fp8;
+  c.aligned = kv != nullptr && aligned_to(kv, 16) && row_bytes % 16 == 0 && aligned_to(p.q, 16) &&
+              p.q_stride0 * static_cast<index_t>(sizeof(bf16)) % 16 == 0 &&
+              p.q_stride1 * static_cast<index_t>(sizeof(bf16)) % 16 == 0;
+  return choose_sparse_mla_kernel(be.kernels, current_device_caps(), c);
+}
+
 template <bool Fp8, class O>
 void launch_sparse_mla(const cuda_backend& be, cuda_kernels::sparse_mla_params<O> p,
                        tensor_view<std::byte, 1, device_space> workspace) {
   const index_t smem = check_sparse_mla_cuda_limits(p.d_qk, p.d_v);
+  check_kernel_path(detail::sparse_mla_op_name, be.kernels);
   if (p.s == 0 || p.h == 0) return;
-  const index_t device_max = max_dynamic_shared_memory();
-  const index_t block_bytes = smem + cuda_kernels::sparse_mla_static_smem_bytes;
-  check(block_bytes <= device_max, detail::sparse_mla_op_name, "q.extent(2)", p.d_qk,
-        "a width whose tile (" + std::to_string(block_bytes) + " bytes of shared memory) fits this device's " +
-            std::to_string(device_max) + " bytes");
   if (p.num_splits > 1) {
     // The front-end checked the workspace's size and alignment.
     const sparse_mla_workspace_layout layout = sparse_mla_workspace(p.s, p.h, p.d_v, p.num_splits);
     p.part_state = reinterpret_cast<float2*>(workspace.data_handle());
     p.part_acc = reinterpret_cast<float*>(workspace.data_handle() + layout.acc_offset);
   }
-  const index_t groups = (p.h + cuda_kernels::sparse_mla_heads - 1) / cuda_kernels::sparse_mla_heads;
-  auto* attention = cuda_kernels::sparse_mla_attention_kernel<Fp8, O>;
-  allow_dynamic_shared_memory(attention, smem);
-  attention<<<grid_blocks(p.s * groups * p.num_splits, 1), cuda_kernels::sparse_mla_threads,
-              static_cast<std::size_t>(smem), be.stream>>>(p);
-  DSA_CUDA_CHECK_LAUNCH();
+  const sparse_mla_kernel kernel = sparse_mla_kernel_for<Fp8>(be, p);
+  if (kernel == sparse_mla_kernel::exact || (p.probs != nullptr && p.k > 0)) {
+    // The exact attention kernel, or the probs kernel after either, holds a tile of fp32 rows.
+    const index_t device_max = max_dynamic_shared_memory();
+    const index_t block_bytes = smem + cuda_kernels::sparse_mla_static_smem_bytes;
+    check(block_bytes <= device_max, detail::sparse_mla_op_name, "q.extent(2)", p.d_qk,
+          "a width whose tile (" + std::to_string(block_bytes) + " bytes of shared memory) fits this device's " +
+              std::to_string(device_max) + " bytes");
+  }
+  switch (kernel) {
+    case sparse_mla_kernel::fast_prefetch: launch_sparse_mla_fast<Fp8, true>(be, p); break;
+    case sparse_mla_kernel::fast_direct: launch_sparse_mla_fast<Fp8, false>(be, p); break;
+    case sparse_mla_kernel::exact: {
+      const index_t groups = (p.h + cuda_kernels::sparse_mla_heads - 1) / cuda_kernels::sparse_mla_heads;
+      auto* attention = cuda_kernels::sparse_mla_attention_kernel<Fp8, O>;
+      allow_dynamic_shared_memory(attention, smem);
+      attention<<<grid_blocks(p.s * groups * p.num_splits, 1), cuda_kernels::sparse_mla_threads,
+                  static_cast<std::size_t>(smem), be.stream>>>(p);
+      DSA_CUDA_CHECK_LAUNCH();
+      break;
+    }
+  }
   if (p.num_splits > 1) {
     cuda_kernels::sparse_mla_combine_kernel<O>
         <<<grid_blocks(p.s * p.h, 1), cuda_kernels::sparse_mla_combine_threads, 0, be.stream>>>(p);

@@ -1,11 +1,14 @@
 // CUDA backend of topk_indices, topk_indices_paged and gather_rows (kernels:
-// kernels/topk_kernel.cuh). Top-k needs no workspace (one block per row, a shared-memory
-// histogram), so the CUDA signatures are the CPU's; the outputs are integers identical to the
-// CPU backend's for every input the front-end accepts.
+// kernels/topk_kernel.cuh). Top-k runs one block per row with a shared-memory histogram and needs
+// no workspace; the workspace overload of topk_indices splits a few long rows (decode: one row of
+// up to 128K+ keys per sequence) over many blocks, which keep their merged histograms and counts
+// in the workspace (dsa/numerics/topk_split.hpp). The outputs are integers identical to the CPU
+// backend's for every input the front-end accepts, whichever kernel runs.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -53,6 +56,30 @@ inline void launch_topk(const cuda_backend& be, const cuda_kernels::topk_params&
   DSA_CUDA_CHECK_LAUNCH();
 }
 
+/// The split top-k (kernels/topk_kernel.cuh) over a workspace of topk_indices_workspace_size
+/// bytes: a zeroed histogram region, the four radix passes, the counts, the emission. Six
+/// launches and a memset, none of which waits for the host.
+inline void launch_topk_split(const cuda_backend& be, const cuda_kernels::topk_params& row,
+                              tensor_view<std::byte, 1, device_space> workspace) {
+  cuda_kernels::topk_split_params p;
+  p.row = row;
+  p.chunks = topk_split_chunks(row.n);
+  const index_t hist_bytes = topk_split_histogram_bytes(row.rows);
+  p.histograms = reinterpret_cast<std::uint32_t*>(workspace.data_handle());
+  p.counts = reinterpret_cast<std::uint32_t*>(workspace.data_handle() + hist_bytes);
+  DSA_CUDA_CHECK(cudaMemsetAsync(p.histograms, 0, static_cast<std::size_t>(hist_bytes), be.stream));
+  const dim3 grid(static_cast<unsigned>(p.chunks), static_cast<unsigned>(row.rows));
+  constexpr int threads = cuda_kernels::topk_split_threads;
+  for (int pass = 0; pass < topk_radix_passes; ++pass) {
+    cuda_kernels::topk_split_histogram_kernel<threads><<<grid, threads, 0, be.stream>>>(p, pass);
+    DSA_CUDA_CHECK_LAUNCH();
+  }
+  cuda_kernels::topk_split_count_kernel<threads><<<grid, threads, 0, be.stream>>>(p);
+  DSA_CUDA_CHECK_LAUNCH();
+  cuda_kernels::topk_split_emission_kernel<threads><<<grid, threads, 0, be.stream>>>(p);
+  DSA_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace cuda_detail
 
 template <>
@@ -61,6 +88,18 @@ struct op_impl<cuda_backend, topk_indices_op> {
                   tensor_view<const std::int32_t, 2, device_space> ranges, index_t k,
                   tensor_view<std::int32_t, 2, device_space> indices) {
     cuda_detail::launch_topk(be, cuda_detail::make_topk_params(scores, ranges, k, indices));
+  }
+  // With a workspace: a few long rows split over many blocks (topk_split_applies), the same
+  // indices as the one-block kernel; every other shape runs that kernel.
+  static void run(const cuda_backend& be, tensor_view<const float, 2, device_space> scores,
+                  tensor_view<const std::int32_t, 2, device_space> ranges, index_t k,
+                  tensor_view<std::int32_t, 2, device_space> indices, tensor_view<std::byte, 1, device_space> workspace) {
+    const cuda_kernels::topk_params p = cuda_detail::make_topk_params(scores, ranges, k, indices);
+    if (topk_split_applies(p.rows, p.n)) {
+      cuda_detail::launch_topk_split(be, p, workspace);
+    } else {
+      cuda_detail::launch_topk(be, p);
+    }
   }
 };
 

@@ -37,6 +37,16 @@ DSA_NAMESPACE_BEGIN
 /// The k-block (and activation group) length of fp8_linear, and the weight-scale block edge.
 inline constexpr index_t fp8_linear_block = 128;
 
+/// One FP8 weight as the grouped decode GEMV reads it from a table (one launch serves the experts
+/// of an MoE layer, dsa/model/cuda/moe.cuh): the e4m3 codes [out, in] and the block scales
+/// [ceil(out / 128), in / 128] with their row strides (elements).
+struct fp8_weight_ref {
+  const fp8_e4m3* q = nullptr;
+  index_t q_row_stride = 0;
+  const float* scale = nullptr;
+  index_t scale_row_stride = 0;
+};
+
 /// The exact dot product of two runs of e4m3 codes (n <= 128 keeps it exact), rounded once to
 /// fp32. A NaN code (S.1111.111) makes the result NaN.
 DSA_HOST_DEVICE inline float fp8_block_dot(const fp8_e4m3* a, const fp8_e4m3* b, index_t n) {

@@ -7,6 +7,7 @@
 //    products are accumulated in fp32 and the result is rounded once to the output type.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -17,9 +18,11 @@
 #include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/cuda/fp8_linear_plan.hpp"  // fp8_linear_workspace_size: the CUDA layout, plain C++
 #include "dsa/numerics/fp8_quant.hpp"
 #include "dsa/numerics/linear.hpp"
 #include "dsa/ops/dense_checks.hpp"
+#include "dsa/ops/workspace.hpp"
 
 DSA_NAMESPACE_BEGIN
 
@@ -83,6 +86,42 @@ void fp8_linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_
                           y, act_format);
 }
 
+/// fp8_linear with scratch memory for the tensor cores: `workspace` holds at least
+/// fp8_linear_workspace_size(t, in, out) bytes (dsa/cuda/fp8_linear_plan.hpp; none for an empty
+/// product, where an absent view is accepted), 16-byte aligned, contiguous and disjoint from every
+/// other argument. On the CUDA backend with cuda_kernel_path::fast the product runs
+/// on the tensor cores: cuBLASLt's block-scaled FP8 GEMM on Hopper (be.blaslt), cuBLAS's bf16 GEMM
+/// over dequantized operands elsewhere (be.blas), the exact decode GEMV for decode rows where it is
+/// faster (docs/cuda.md, "fp8_linear on the GPU"); those results are not the exact ones, they are
+/// within DeepGEMM's calc_diff of them and deterministic for one GPU model and cuBLAS version.
+/// With cuda_kernel_path::exact, and on the CPU backend (which checks the workspace and ignores
+/// it), the results are those of the overload without a workspace, bit for bit.
+template <backend B, class XT, class O>
+void fp8_linear(const B& be, tensor_view<XT, 2, typename B::memory_space> x, in_view<B, fp8_e4m3, 2> w,
+                in_view<B, float, 2> w_scale, out_view<B, O, 2> y, scale_format act_format,
+                out_view<B, std::byte, 1> workspace) {
+  static_assert(detail::is_bf16_or_float<XT>, "dsa::fp8_linear: x must hold dsa::bf16 or float");
+  static_assert(std::is_same_v<O, bf16> || std::is_same_v<O, float>, "dsa::fp8_linear: y must hold dsa::bf16 or float");
+  using X = std::remove_const_t<XT>;
+  using space = typename B::memory_space;
+  constexpr const char* op = "fp8_linear";
+  const tensor_view<const X, 2, space> xc(x.data_handle(), x.extents(), x.strides());
+  detail::check_operand(op, "w", w);
+  detail::check_fp8_linear_operands(op, xc, w.extent(0), w_scale, y, act_format);
+  check_extent(op, "w", w, 1, xc.extent(1), "x.extent(1), the input features");
+  detail::check_no_overlap(op, "y", y, "w", w, false);
+  const index_t need = fp8_linear_workspace_size(xc.extent(0), xc.extent(1), w.extent(0));
+  if (detail::check_workspace(op, workspace, need, "fp8_linear_workspace_size(t, in, out)")) {
+    detail::check_no_overlap(op, "workspace", workspace, "x", xc, false);
+    detail::check_no_overlap(op, "workspace", workspace, "w", w, false);
+    detail::check_no_overlap(op, "workspace", workspace, "w_scale", w_scale, false);
+    detail::check_no_overlap(op, "workspace", workspace, "y", y, false);
+  }
+  if (y.empty()) return;
+  dispatch<fp8_linear_op>(be, xc, tensor_view<const fp8_e4m3, 2, space>(w), tensor_view<const float, 2, space>(w_scale),
+                          y, act_format, workspace);
+}
+
 /// y [t, out] = x [t, in] . w^T with w [out, in]: the inputs (bf16 or float each) are converted
 /// exactly to fp32, the products accumulated in fp32 and y (bf16 or float) rounded once. This
 /// covers F.linear on bf16 (bf16 x bf16 -> bf16) and the fp32 projections (x and w in fp32, or a
@@ -126,6 +165,14 @@ DSA_NAMESPACE_END
   X(void fp8_linear<B, bf16, bf16>(const B&, tensor_view<bf16, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, bf16, 2>, scale_format)) \
   X(void fp8_linear<B, const bf16, float>(const B&, tensor_view<const bf16, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, float, 2>, scale_format)) \
   X(void fp8_linear<B, const bf16, bf16>(const B&, tensor_view<const bf16, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, bf16, 2>, scale_format)) \
+  X(void fp8_linear<B, float, float>(const B&, tensor_view<float, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, float, 2>, scale_format, out_view<B, std::byte, 1>)) \
+  X(void fp8_linear<B, float, bf16>(const B&, tensor_view<float, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, bf16, 2>, scale_format, out_view<B, std::byte, 1>)) \
+  X(void fp8_linear<B, const float, float>(const B&, tensor_view<const float, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, float, 2>, scale_format, out_view<B, std::byte, 1>)) \
+  X(void fp8_linear<B, const float, bf16>(const B&, tensor_view<const float, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, bf16, 2>, scale_format, out_view<B, std::byte, 1>)) \
+  X(void fp8_linear<B, bf16, float>(const B&, tensor_view<bf16, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, float, 2>, scale_format, out_view<B, std::byte, 1>)) \
+  X(void fp8_linear<B, bf16, bf16>(const B&, tensor_view<bf16, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, bf16, 2>, scale_format, out_view<B, std::byte, 1>)) \
+  X(void fp8_linear<B, const bf16, float>(const B&, tensor_view<const bf16, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, float, 2>, scale_format, out_view<B, std::byte, 1>)) \
+  X(void fp8_linear<B, const bf16, bf16>(const B&, tensor_view<const bf16, 2, B::memory_space>, in_view<B, fp8_e4m3, 2>, in_view<B, float, 2>, out_view<B, bf16, 2>, scale_format, out_view<B, std::byte, 1>)) \
   X(void linear<B, float, float, float>(const B&, tensor_view<float, 2, B::memory_space>, tensor_view<float, 2, B::memory_space>, out_view<B, float, 2>)) \
   X(void linear<B, float, float, bf16>(const B&, tensor_view<float, 2, B::memory_space>, tensor_view<float, 2, B::memory_space>, out_view<B, bf16, 2>)) \
   X(void linear<B, float, const float, float>(const B&, tensor_view<float, 2, B::memory_space>, tensor_view<const float, 2, B::memory_space>, out_view<B, float, 2>)) \

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -22,7 +23,9 @@
 #include "dsa/core/op_instances.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/numerics/topk.hpp"
+#include "dsa/numerics/topk_split.hpp"
 #include "dsa/ops/row_ranges.hpp"
+#include "dsa/ops/workspace.hpp"
 
 DSA_NAMESPACE_BEGIN
 
@@ -64,6 +67,37 @@ void topk_indices(const B& be, in_view<B, float, 2> scores, in_view<B, std::int3
                   out_view<B, std::int32_t, 2> indices) {
   detail::check_topk_common("topk_indices", scores, ranges, k, indices, "indices");
   dispatch<topk_indices_op>(be, scores, ranges, k, indices);
+}
+
+/// Bytes of scratch memory the workspace overload of topk_indices uses for scores [m, n]: none
+/// unless the rows are few and long (1 <= m <= 8, n >= 8192: topk_split_applies), where the CUDA
+/// backend splits each row over many blocks and keeps the merged radix histograms (4 x 256
+/// counts per row) and each block's counts there (dsa/numerics/topk_split.hpp). A pure function
+/// of the shapes (m, n >= 0).
+inline index_t topk_indices_workspace_size(index_t m, index_t n) {
+  check(m >= 0, "topk_indices_workspace_size", "m", m, ">= 0");
+  check(n >= 0, "topk_indices_workspace_size", "n", n, ">= 0");
+  if (!topk_split_applies(m, n)) return 0;
+  return topk_split_histogram_bytes(m) + topk_split_count_bytes(m, n);
+}
+
+/// topk_indices with scratch memory: `workspace` holds at least topk_indices_workspace_size(m,
+/// n) bytes (none for most shapes: an absent view is then accepted), 16-byte aligned, contiguous
+/// and disjoint from every other argument. The results are those of the overload above, bit for
+/// bit; on the CUDA backend a few long rows are split over many blocks (the whole GPU works on
+/// one decode row instead of one SM). The CPU backend checks the workspace and ignores it.
+template <backend B>
+void topk_indices(const B& be, in_view<B, float, 2> scores, in_view<B, std::int32_t, 2> ranges, index_t k,
+                  out_view<B, std::int32_t, 2> indices, out_view<B, std::byte, 1> workspace) {
+  constexpr const char* op = "topk_indices";
+  detail::check_topk_common(op, scores, ranges, k, indices, "indices");
+  const index_t need = topk_indices_workspace_size(scores.extent(0), scores.extent(1));
+  if (detail::check_workspace(op, workspace, need, "topk_indices_workspace_size(m, n)")) {
+    detail::check_no_overlap(op, "workspace", workspace, "scores", scores, false);
+    detail::check_no_overlap(op, "workspace", workspace, "ranges", ranges, false);
+    detail::check_no_overlap(op, "workspace", workspace, "indices", indices, false);
+  }
+  dispatch<topk_indices_op>(be, scores, ranges, k, indices, workspace);
 }
 
 /// The selection of topk_indices mapped through a page table to physical cache slots:
@@ -143,6 +177,7 @@ DSA_NAMESPACE_END
 // the unsigned integer of its size (the Python binding gathers every dtype that way).
 #define DSA_TOPK_INSTANCES(X, B) \
   X(void topk_indices<B>(const B&, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, index_t, out_view<B, std::int32_t, 2>)) \
+  X(void topk_indices<B>(const B&, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, index_t, out_view<B, std::int32_t, 2>, out_view<B, std::byte, 1>)) \
   X(void topk_indices_paged<B>(const B&, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, index_t, in_view<B, std::int32_t, 2>, index_t, out_view<B, std::int32_t, 2>)) \
   X(void gather_rows<B, float>(const B&, in_view<B, float, 2>, in_view<B, std::int32_t, 2>, out_view<B, float, 3>)) \
   X(void gather_rows<B, bf16>(const B&, in_view<B, bf16, 2>, in_view<B, std::int32_t, 2>, out_view<B, bf16, 3>)) \

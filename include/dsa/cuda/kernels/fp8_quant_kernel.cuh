@@ -29,6 +29,7 @@ struct act_quant_params {
   index_t q_row_stride = 0;
   float* s = nullptr;
   index_t s_row_stride = 0;
+  index_t s_col_stride = 1;  // between a row's groups: 1, or the rows for transposed scales (fp8_linear)
   index_t rows = 0;
   index_t groups_per_row = 0;
   index_t group_size = 0;
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(Threads) act_quant_kernel(const act_quant_para
     }
     m = cuda_arch::warp_reduce_max(m);
     const float s = act_quant_scale(detail::bits_float(m), p.format);
-    if (lane == 0) p.s[r * p.s_row_stride + (c0 / p.group_size)] = s;
+    if (lane == 0) p.s[r * p.s_row_stride + (c0 / p.group_size) * p.s_col_stride] = s;
     fp8_e4m3* q = p.q + r * p.q_row_stride + c0;
     for (index_t j = lane; j < p.group_size; j += 32) q[j] = quantize_e4m3(to_float(x[j]), s);
   }

@@ -235,23 +235,28 @@ __global__ void __launch_bounds__(fp8_linear_threads) fp8_linear_kernel(const fp
 inline constexpr int fp8_gemv_threads = 256;
 inline constexpr int fp8_gemv_rows = 8;
 
+/// The shared memory of the decode GEMV: a pass's quantized activations (fp8_gemv_smem_index:
+/// conflict-free reads) and their scales.
+struct fp8_gemv_smem {
+  float xs[fp8_gemv_rows][fp8_gemv_smem_row];
+  float sx[fp8_gemv_rows][fp8_gemv_pass_blocks];
+};
+
+/// Output columns [cg * 8, cg * 8 + 8) of the decode GEMV for p.t <= 8 rows, a warp per column.
+/// Every thread of the block must call it (it synchronises the block).
 template <class X, class O>
-__global__ void __launch_bounds__(fp8_gemv_threads) fp8_gemv_kernel(const fp8_linear_params<X, O> p) {
+DSA_DEVICE DSA_FORCEINLINE void fp8_gemv_column_group(const fp8_linear_params<X, O>& p, index_t cg, fp8_gemv_smem& smem) {
   constexpr int warps = fp8_gemv_threads / 32;
   constexpr int kb_len = static_cast<int>(fp8_linear_block);  // 128
   constexpr int pass_blocks = fp8_gemv_pass_blocks;            // 8 k-blocks, 1024 codes per pass
-  // The pass's quantized activations (fp8_gemv_smem_index: conflict-free reads) and scales.
-  __shared__ float xs[fp8_gemv_rows][fp8_gemv_smem_row];
-  __shared__ float sx[fp8_gemv_rows][pass_blocks];
-
+  auto& xs = smem.xs;
+  auto& sx = smem.sx;
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int rows = static_cast<int>(p.t);  // <= fp8_gemv_rows (the launcher's condition)
+  const int rows = static_cast<int>(p.t);  // <= fp8_gemv_rows (the callers' condition)
   const index_t nkb = p.in / kb_len;
-  const index_t col_groups = (p.out + warps - 1) / warps;
-
-  for (index_t cg = blockIdx.x; cg < col_groups; cg += gridDim.x) {
+  {
     const index_t c = cg * warps + warp;
     const bool col_ok = c < p.out;
     float acc[fp8_gemv_rows];
@@ -332,6 +337,80 @@ __global__ void __launch_bounds__(fp8_gemv_threads) fp8_gemv_kernel(const fp8_li
         if (j < rows) p.y[j * p.y_row_stride + c] = from_float<O>(acc[j]);
       }
     }
+  }
+}
+
+template <class X, class O>
+__global__ void __launch_bounds__(fp8_gemv_threads) fp8_gemv_kernel(const fp8_linear_params<X, O> p) {
+  __shared__ fp8_gemv_smem smem;
+  const index_t col_groups = (p.out + fp8_gemv_threads / 32 - 1) / (fp8_gemv_threads / 32);
+  for (index_t cg = blockIdx.x; cg < col_groups; cg += gridDim.x) fp8_gemv_column_group(p, cg, smem);
+}
+
+/// The decode GEMV of an MoE layer's routed experts in one launch (dsa/model/cuda/moe.cuh): the
+/// rows of x and y are grouped by expert, expert e's rows are [offsets[e], offsets[e + 1]), and
+/// the experts with rows are active[0 .. *n_active) in ascending id. Block (column group, a)
+/// computes its columns for every row of expert active[a] against that expert's weight, eight
+/// rows at a time: each row's numbers are fp8_linear's (the GEMV's exact block dots), whatever the
+/// other rows. Rows no expert owns are not written.
+template <class X, class O>
+struct fp8_grouped_gemv_params {
+  const X* x = nullptr;
+  index_t x_row_stride = 0;
+  const fp8_weight_ref* experts = nullptr;  ///< [experts] this projection of every expert
+  const std::int32_t* offsets = nullptr;    ///< [experts + 1]
+  const std::int32_t* active = nullptr;     ///< [max_active]
+  const std::int32_t* n_active = nullptr;   ///< one value, <= max_active
+  index_t max_active = 0;
+  O* y = nullptr;
+  index_t y_row_stride = 0;
+  index_t in = 0;
+  index_t out = 0;
+  scale_format act_format = scale_format::ue8m0;
+};
+
+template <class X, class O>
+__global__ void __launch_bounds__(fp8_gemv_threads) fp8_grouped_gemv_kernel(const fp8_grouped_gemv_params<X, O> g) {
+  __shared__ fp8_gemv_smem smem;
+  const index_t n_active = *g.n_active < g.max_active ? *g.n_active : g.max_active;
+  const index_t col_groups = (g.out + fp8_gemv_threads / 32 - 1) / (fp8_gemv_threads / 32);
+  for (index_t a = blockIdx.y; a < n_active; a += gridDim.y) {  // block-uniform bounds
+    const std::int32_t e = g.active[a];
+    const fp8_weight_ref w = g.experts[e];
+    fp8_linear_params<X, O> p;
+    p.w = w.q;
+    p.w_row_stride = w.q_row_stride;
+    p.w_scale = w.scale;
+    p.w_scale_row_stride = w.scale_row_stride;
+    p.x_row_stride = g.x_row_stride;
+    p.y_row_stride = g.y_row_stride;
+    p.in = g.in;
+    p.out = g.out;
+    p.act_format = g.act_format;
+    p.w_aligned16 = reinterpret_cast<std::uintptr_t>(w.q) % 16 == 0 && (g.out <= 1 || w.q_row_stride % 16 == 0);
+    const index_t r1 = g.offsets[e + 1];
+    for (index_t r = g.offsets[e]; r < r1; r += fp8_gemv_rows) {
+      p.x = g.x + r * g.x_row_stride;
+      p.y = g.y + r * g.y_row_stride;
+      p.t = r1 - r < fp8_gemv_rows ? r1 - r : fp8_gemv_rows;
+      for (index_t cg = blockIdx.x; cg < col_groups; cg += gridDim.x) fp8_gemv_column_group(p, cg, smem);
+    }
+  }
+}
+
+/// fp8_linear's cuBLASLt path: the weight's [rows, cols] block scales (row stride src_row_stride)
+/// copied into the [rows, ld] layout of CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F (ld =
+/// round_up(cols, 4)), the padding zero. Grid-stride over the destination. (A template, as every
+/// kernel of a header that several translation units include.)
+template <int Threads>
+__global__ void __launch_bounds__(Threads) fp8_weight_scales_repack_kernel(const float* src, index_t src_row_stride,
+                                                                       index_t rows, index_t cols, float* dst,
+                                                                       index_t ld) {
+  const index_t n = rows * ld;
+  for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<index_t>(gridDim.x) * blockDim.x) {
+    const index_t r = i / ld, c = i - r * ld;
+    dst[i] = c < cols ? src[r * src_row_stride + c] : 0.0f;
   }
 }
 

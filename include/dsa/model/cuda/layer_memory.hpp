@@ -27,6 +27,14 @@ struct layer_memory<cuda_backend> {
   template <class T>
   using buffer = device_buffer<T>;
 
+  /// The layers give the ops that can use scratch memory their workspaces (fp8_linear's
+  /// tensor-core path, topk_indices' split over many blocks): stream-ordered buffers of one call.
+  static constexpr bool op_workspaces = true;
+  /// The MoE layers group their tokens by expert with kernels (dsa/model/cuda/moe.cuh).
+  static constexpr bool device_grouping = true;
+  /// Whether the backend runs the tensor-core kernels (then fp8_linear gets its workspace).
+  static bool fast_kernels(const cuda_backend& be) { return be.kernels == cuda_kernel_path::fast; }
+
   template <class T>
   static buffer<T> make(const cuda_backend& be, index_t count) {
     return buffer<T>(count, be.stream);

@@ -1,8 +1,10 @@
 // dsa::model::transformer<cuda_backend>: the forward pass of dsa/model/basic_transformer.hpp on the GPU.
 // This header holds what is truly device-specific, and compiles with g++ as well as nvcc:
 //   - backend_resources<cuda_backend>: the checkpoint's weights copied once to the device
-//     (device_weights, dsa/model/cuda/device_weights.hpp) and a cuBLAS handle of the
-//     transformer's own when the backend passed in has none and its linear path is cuBLAS;
+//     (device_weights, dsa/model/cuda/device_weights.hpp), a cuBLAS handle of the transformer's
+//     own (with a workspace, for graph capture) when the backend passed in has none and its linear
+//     path is cuBLAS or its kernels are fast, and a cuBLASLt handle when it has none and its
+//     kernels are fast (fp8_linear's tensor-core path);
 //   - device_sequence (dsa/model/cuda/device_sequence.hpp), the caches in device memory;
 //   - layer_memory<cuda_backend> (dsa/model/cuda/layer_memory.hpp), the layers' buffers.
 //
@@ -28,6 +30,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <memory>
 
 #include "dsa/core/config.hpp"
@@ -53,9 +56,17 @@ class backend_resources<cuda_backend> {
   /// Gives `be` a cuBLAS handle of its own if it needs one and has none, then copies the
   /// weights to the device on be.stream and waits for the copies.
   backend_resources(const weights& w, cuda_backend& be) {
-    if (be.blas == nullptr && be.linear == cuda_linear_path::cublas) {
+    if (be.blas == nullptr && (be.linear == cuda_linear_path::cublas || be.kernels == cuda_kernel_path::fast)) {
       blas_ = std::make_unique<cublas_handle>();
       be.blas = blas_->get();
+      // A workspace of the handle's own, so that its GEMMs can be captured in a CUDA graph (cuBLAS's
+      // rule for graph capture); 32 MiB, the size cuBLAS recommends on Hopper.
+      blas_workspace_ = device_buffer<std::byte>(index_t{32} << 20);
+      DSA_CUBLAS_CHECK(cublasSetWorkspace(be.blas, blas_workspace_.data(), blas_workspace_.size_bytes()));
+    }
+    if (be.blaslt == nullptr && be.kernels == cuda_kernel_path::fast) {
+      blaslt_ = std::make_unique<cublaslt_handle>();  // fp8_linear's block-scaled FP8 GEMM
+      be.blaslt = blaslt_->get();
     }
     dw_ = ::dsa::model::device_weights(w, be.stream);
     DSA_CUDA_CHECK(cudaStreamSynchronize(be.stream));
@@ -72,7 +83,10 @@ class backend_resources<cuda_backend> {
   static void reserve(device_sequence& seq, index_t rows, const cuda_backend& be) { seq.reserve(rows, be.stream); }
 
  private:
-  std::unique_ptr<cublas_handle> blas_;  // owned when the backend passed in had no handle
+  // Declared before the handles: destroyed after them.
+  device_buffer<std::byte> blas_workspace_;
+  std::unique_ptr<cublas_handle> blas_;      // owned when the backend passed in had no handle
+  std::unique_ptr<cublaslt_handle> blaslt_;  // likewise
   ::dsa::model::device_weights dw_;
 };
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -156,7 +157,9 @@ inline layer_settings checked_layer_settings(const ::dsa::model::config& c) {
 }
 
 /// y = x · W^T through a checkpoint weight: fp8_linear for FP8 weights (DeepSeek's act_quant +
-/// fp8_gemm), linear (fp32 accumulation, one rounding) for bf16 ones.
+/// fp8_gemm), linear (fp32 accumulation, one rounding) for bf16 ones. On a backend whose FP8
+/// products run on the tensor cores (CUDA with cuda_kernel_path::fast), fp8_linear gets a
+/// workspace of one call.
 template <class B, class XT, class O>
 void project(const layer_context<B>& ctx, tensor_view<XT, 2, typename B::memory_space> x,
              const basic_linear_weight<typename B::memory_space>& w, out_view<B, O, 2> y) {
@@ -164,6 +167,15 @@ void project(const layer_context<B>& ctx, tensor_view<XT, 2, typename B::memory_
     if constexpr (std::is_same_v<B, cpu_backend>) {
       if (w.packed) {
         fp8_linear(ctx.be, x, *w.packed, w.scale, y, ctx.act_format);  // dsa/cpu/fp8_linear.hpp
+        return;
+      }
+    }
+    if constexpr (layer_memory<B>::op_workspaces) {
+      if (layer_memory<B>::fast_kernels(ctx.be)) {
+        const index_t bytes = fp8_linear_workspace_size(x.extent(0), x.extent(1), w.q.extent(0));
+        auto ws = make_buffer<std::byte>(ctx, bytes);
+        fp8_linear(ctx.be, x, w.q, w.scale, y, ctx.act_format,
+                   bytes > 0 ? ws.view({bytes}) : out_view<B, std::byte, 1>{});
         return;
       }
     }

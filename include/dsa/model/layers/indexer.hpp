@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -116,9 +117,21 @@ void indexer_forward(const layer_context<B>& ctx, const basic_indexer_weights<ty
     if (ctx.watch) ctx.watch->watch_scores(s, std::as_const(scores).view({seg.t, end}), seg.start);
     layer_timer<B> timing(ctx, phase::topk);
     const index_t k_seg = detail::selection_width(c.index_topk, end);
-    topk_indices(ctx.be, std::as_const(scores).view({seg.t, end}), rv, k_seg,
-                 out_view<B, std::int32_t, 2>(topk.data_handle() + seg.row * topk.stride(0), {seg.t, k_seg},
-                                              {topk.stride(0), 1}));
+    const auto selection = out_view<B, std::int32_t, 2>(topk.data_handle() + seg.row * topk.stride(0), {seg.t, k_seg},
+                                                        {topk.stride(0), 1});
+    if constexpr (memory::op_workspaces) {
+      if (memory::fast_kernels(ctx.be)) {
+        // A decode row of a long context is split over the whole GPU (topk_indices' workspace):
+        // with the fast kernels only until a GPU has run the split (docs/decisions.md, "The
+        // exact path is the default until a GPU has run the fast one").
+        const index_t bytes = topk_indices_workspace_size(seg.t, end);
+        auto ws = make_buffer<std::byte>(ctx, bytes);
+        topk_indices(ctx.be, std::as_const(scores).view({seg.t, end}), rv, k_seg, selection,
+                     bytes > 0 ? ws.view({bytes}) : out_view<B, std::byte, 1>{});
+        continue;
+      }
+    }
+    topk_indices(ctx.be, std::as_const(scores).view({seg.t, end}), rv, k_seg, selection);
   }
 }
 

@@ -72,6 +72,15 @@ struct layer_memory<cpu_backend> {
   template <class T>
   using buffer = host_buffer<T>;
 
+  /// Whether the layers pass the ops' optional workspaces (fp8_linear, topk_indices). The CPU
+  /// backend ignores them (its kernels keep host scratch of their own), so the layers do not
+  /// allocate them.
+  static constexpr bool op_workspaces = false;
+  /// Whether the MoE layers group their tokens by expert on the device (dsa/model/cuda/moe.cuh)
+  /// instead of on the host (group_by_expert).
+  static constexpr bool device_grouping = false;
+  static bool fast_kernels(const cpu_backend&) { return false; }
+
   template <class T>
   static buffer<T> make(const cpu_backend&, index_t count) {
     return buffer<T>(count);
