@@ -54,6 +54,15 @@ DSA_FORCEINLINE void fma_lanes(tile_vec& acc, float a, const tile_vec& kv) {
   // the accumulator arrays in memory (a store per multiply-add, the backward 40% slower).
   const tile_vec av = {a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a};
   acc = __builtin_ia32_vfmaddps512_mask(av, kv, acc, static_cast<__mmask16>(-1), _MM_FROUND_CUR_DIRECTION);
+#elif DSA_CPU_HAS_AVX && DSA_CPU_HAS_FMA
+  // Two ymm halves through the builtin: g++ 12 left the lane loop below as 16 scalar
+  // vfmadd231ss in the indexer's tiles.
+  const simd::vfloat av = {a, a, a, a, a, a, a, a};
+  simd::vfloat lo = __builtin_shufflevector(acc, acc, 0, 1, 2, 3, 4, 5, 6, 7);
+  simd::vfloat hi = __builtin_shufflevector(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15);
+  lo = __builtin_ia32_vfmaddps256(av, __builtin_shufflevector(kv, kv, 0, 1, 2, 3, 4, 5, 6, 7), lo);
+  hi = __builtin_ia32_vfmaddps256(av, __builtin_shufflevector(kv, kv, 8, 9, 10, 11, 12, 13, 14, 15), hi);
+  acc = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 #elif DSA_CPU_HAS_SCALAR_FMA
   for (index_t s = 0; s < key_tile; ++s) acc[s] = detail::fma_if_fast(a, kv[s], acc[s]);
 #else
