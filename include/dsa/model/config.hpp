@@ -1,6 +1,9 @@
 // dsa::model::config: the DeepSeek-V3.2 model configuration, read from (and written to) a
 // Hugging Face config.json in the layout of deepseek-ai/DeepSeek-V3.2.
 //
+// Over 600 lines by choice: the fields, their JSON names, reading, writing and the check of each
+// are one schema; split by concern, a field's check would sit files away from the field.
+//
 // Loading validates everything the forward pass relies on, so that an inconsistent or foreign
 // config is a dsa::error naming the file, the key, the value and what was expected, instead of
 // an out-of-bounds shape or a silently different model later. Keys dsa does not use are ignored

@@ -2,6 +2,9 @@
 // of deepseek-ai/DeepSeek-V3.2, with random weights. Used by tools/dsa_make_tiny_model, the
 // model tests and bench/bench_forward.cpp, so that all of them run the same kind of model.
 //
+// Over 600 lines by choice: the tensor table (names, shapes, dtypes per layer kind) and the
+// writers that fill it in the real checkpoint's layout must change together.
+//
 // Tensor names, dtypes and shapes follow the real checkpoint (and the golden tiny model in
 // tests/data/tiny-dsv32): block-wise FP8 linear weights with `weight_scale_inv`, F32 norms, norm
 // biases and `e_score_correction_bias`, BF16 embedding, lm_head, indexer.weights_proj and

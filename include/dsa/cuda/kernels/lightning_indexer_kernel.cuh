@@ -1,6 +1,9 @@
 // Kernels of lightning_indexer_scores (fp8 and fp32), lightning_indexer_scores_paged and
 // lightning_indexer_backward on the CUDA backend.
 //
+// Over 600 lines by choice: the forward and backward kernels share the dot tile below; apart,
+// the tile's staging and decode would be duplicated or exported for two users only.
+//
 // All of them are built on one block-level "dot tile" (256 threads): the dot products of 64
 // row-heads (a query row's head vector q[t, h, :]) with 64 keys, every thread owning 4 row-heads
 // x 4 keys in registers. q and k are staged through shared memory 32 columns at a time, loaded
