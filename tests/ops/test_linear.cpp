@@ -455,7 +455,7 @@ TEST_CASE("linear gives every row the bits of its one-row call, whatever the row
   // in = 2500: k chunks of the multi-row path (1024, 1024, 452) plus a tail of 4 past the lanes.
   const index_t in = 2500, out = 37;
   const std::vector<bf16> w = as<bf16>(dsa_test::normal(static_cast<std::size_t>(out * in), 12, 0.05f));
-  for (index_t t : {index_t{2}, index_t{5}, index_t{8}, index_t{33}, index_t{70}}) {
+  for (index_t t : {index_t{2}, index_t{5}, index_t{6}, index_t{7}, index_t{8}, index_t{33}, index_t{70}}) {
     const std::vector<bf16> x = as<bf16>(dsa_test::normal(static_cast<std::size_t>(t * in), 11 + t));
     std::vector<float> y(static_cast<std::size_t>(t * out)), y1(static_cast<std::size_t>(out));
     dsa::linear(dsa::cpu_backend{2}, dsa::make_view(x.data(), {t, in}), dsa::make_view(w.data(), {out, in}),
