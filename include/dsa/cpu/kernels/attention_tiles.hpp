@@ -46,16 +46,24 @@ inline constexpr index_t pad(index_t x) { return (x + lanes - 1) / lanes * lanes
 inline constexpr int logit_keys = 6, logit_headv = 4;
 inline constexpr int pv_heads = 6, pv_colv = 4;
 #elif DSA_CPU_HAS_AVX
-inline constexpr int logit_keys = 3, logit_headv = 2;
-inline constexpr int pv_heads = 3, pv_colv = 2;
+// 8 ymm accumulators, 2 operand vectors and a splat: 11 of 16 registers. 3 x 2 (17) spilled,
+// 2 x 2 too; 4 x 1 measured 80-85 GFLOP/s on one core against 18-30 for those.
+inline constexpr int logit_keys = 4, logit_headv = 1;
+inline constexpr int pv_heads = 4, pv_colv = 1;
 #else
 inline constexpr int logit_keys = 2, logit_headv = 1;
 inline constexpr int pv_heads = 2, pv_colv = 1;
 #endif
 
-// The micro-kernels' vector: 16 fp32 lanes (arch/vec.hpp).
-using vec = simd::vec16f;
-static_assert(simd::vec16f_lanes == lanes);
+// The micro-kernels compute in the target's own vectors (arch/vec.hpp: 16 fp32 lanes with
+// AVX-512, 8 with AVX, 4 otherwise), VPL of them per 16-lane unit of the tiles. Not in vec16f:
+// g++ 12 splats a scalar to a vector wider than the registers lane by lane through the stack,
+// which held the AVX2 build's tiles at 2% of their FMA rate. Every lane does the same operations
+// in the same order whatever the width.
+using vec = simd::vfloat;
+inline constexpr index_t vl = simd::lanes<float>;
+inline constexpr int VPL = static_cast<int>(lanes / vl);
+static_assert(lanes % vl == 0);
 
 // dst[c] = float(src[c]) for c < d: bf16 -> fp32 is a 16-bit shift of the pattern, written on the
 // integers so that it vectorises.
@@ -68,21 +76,22 @@ DSA_FORCEINLINE void widen_bf16(const bf16* DSA_RESTRICT src, index_t d, float* 
 template <int KEYS, int HEADV>
 DSA_FORCEINLINE void logits_block(const float* DSA_RESTRICT qt, index_t hpad, const float* DSA_RESTRICT kt,
                                   index_t kstride, index_t d, float* DSA_RESTRICT st) {
-  vec acc[KEYS][HEADV];
+  constexpr int NV = HEADV * VPL;
+  vec acc[KEYS][NV];
   for (int j = 0; j < KEYS; ++j)
-    for (int v = 0; v < HEADV; ++v) acc[j][v] = vec{};
+    for (int v = 0; v < NV; ++v) acc[j][v] = vec{};
   for (index_t i = 0; i < d; ++i) {
-    vec qv[HEADV];
-    for (int v = 0; v < HEADV; ++v) std::memcpy(&qv[v], qt + i * hpad + v * lanes, sizeof(vec));
+    vec qv[NV];
+    for (int v = 0; v < NV; ++v) std::memcpy(&qv[v], qt + i * hpad + v * vl, sizeof(vec));
     for (int j = 0; j < KEYS; ++j) {
       const float kj = kt[j * kstride + i];
-      for (int v = 0; v < HEADV; ++v) acc[j][v] += kj * qv[v];
+      for (int v = 0; v < NV; ++v) acc[j][v] += kj * qv[v];
     }
   }
   for (int j = 0; j < KEYS; ++j)
-    for (int v = 0; v < HEADV; ++v) {
+    for (int v = 0; v < NV; ++v) {
       const vec x = acc[j][v];  // a copy: taking the accumulators' address would keep them in memory
-      std::memcpy(st + j * hpad + v * lanes, &x, sizeof x);
+      std::memcpy(st + j * hpad + v * vl, &x, sizeof x);
     }
 }
 
@@ -108,23 +117,24 @@ inline void tile_logits(const float* qt, index_t hpad, const float* kt, index_t 
 template <int HEADS, int COLV>
 DSA_FORCEINLINE void pv_block(const float* DSA_RESTRICT p, index_t pstride, const float* DSA_RESTRICT kt,
                               index_t kstride, index_t jn, float* DSA_RESTRICT acc, index_t astride) {
-  vec part[HEADS][COLV];
+  constexpr int NV = COLV * VPL;
+  vec part[HEADS][NV];
   for (int h = 0; h < HEADS; ++h)
-    for (int v = 0; v < COLV; ++v) part[h][v] = vec{};
+    for (int v = 0; v < NV; ++v) part[h][v] = vec{};
   for (index_t j = 0; j < jn; ++j) {
-    vec vv[COLV];
-    for (int v = 0; v < COLV; ++v) std::memcpy(&vv[v], kt + j * kstride + v * lanes, sizeof(vec));
+    vec vv[NV];
+    for (int v = 0; v < NV; ++v) std::memcpy(&vv[v], kt + j * kstride + v * vl, sizeof(vec));
     for (int h = 0; h < HEADS; ++h) {
       const float ph = p[h * pstride + j];
-      for (int v = 0; v < COLV; ++v) part[h][v] += ph * vv[v];
+      for (int v = 0; v < NV; ++v) part[h][v] += ph * vv[v];
     }
   }
   for (int h = 0; h < HEADS; ++h) {
-    for (int v = 0; v < COLV; ++v) {
+    for (int v = 0; v < NV; ++v) {
       vec x;
-      std::memcpy(&x, acc + h * astride + v * lanes, sizeof x);
+      std::memcpy(&x, acc + h * astride + v * vl, sizeof x);
       x += part[h][v];
-      std::memcpy(acc + h * astride + v * lanes, &x, sizeof x);
+      std::memcpy(acc + h * astride + v * vl, &x, sizeof x);
     }
   }
 }
@@ -154,24 +164,25 @@ inline void tile_pv(const float* p, index_t pstride, const float* kt, index_t ks
 template <int HEADS, int COLV>
 DSA_NO_FP_CONTRACT void pv_sequential_block(const float* DSA_RESTRICT p, index_t pstride, const float* DSA_RESTRICT v,
                                             index_t vstride, index_t jn, float* DSA_RESTRICT acc, index_t astride) {
-  vec a[HEADS][COLV];
+  constexpr int NV = COLV * VPL;
+  vec a[HEADS][NV];
   for (int h = 0; h < HEADS; ++h)
-    for (int c = 0; c < COLV; ++c) std::memcpy(&a[h][c], acc + h * astride + c * lanes, sizeof(vec));
+    for (int c = 0; c < NV; ++c) std::memcpy(&a[h][c], acc + h * astride + c * vl, sizeof(vec));
   for (index_t j = 0; j < jn; ++j) {
-    vec vv[COLV];
-    for (int c = 0; c < COLV; ++c) std::memcpy(&vv[c], v + j * vstride + c * lanes, sizeof(vec));
+    vec vv[NV];
+    for (int c = 0; c < NV; ++c) std::memcpy(&vv[c], v + j * vstride + c * vl, sizeof(vec));
     for (int h = 0; h < HEADS; ++h) {
       const float ph = p[h * pstride + j];
-      for (int c = 0; c < COLV; ++c) {
+      for (int c = 0; c < NV; ++c) {
         const vec prod = ph * vv[c];
         a[h][c] += prod;
       }
     }
   }
   for (int h = 0; h < HEADS; ++h)
-    for (int c = 0; c < COLV; ++c) {
+    for (int c = 0; c < NV; ++c) {
       const vec x = a[h][c];
-      std::memcpy(acc + h * astride + c * lanes, &x, sizeof x);
+      std::memcpy(acc + h * astride + c * vl, &x, sizeof x);
     }
 }
 
@@ -200,21 +211,22 @@ inline void tile_pv_sequential(const float* p, index_t pstride, const float* v, 
 template <int COLV>
 DSA_NO_FP_CONTRACT void pv_gather_block(const float* DSA_RESTRICT p, const std::int32_t* DSA_RESTRICT rows, index_t cnt,
                                         const float* DSA_RESTRICT v, index_t vstride, float* DSA_RESTRICT acc) {
-  vec a[COLV];
-  for (int c = 0; c < COLV; ++c) std::memcpy(&a[c], acc + c * lanes, sizeof(vec));
+  constexpr int NV = COLV * VPL;
+  vec a[NV];
+  for (int c = 0; c < NV; ++c) std::memcpy(&a[c], acc + c * vl, sizeof(vec));
   for (index_t e = 0; e < cnt; ++e) {
     const float pe = p[e];
     const float* row = v + static_cast<index_t>(rows[e]) * vstride;
-    for (int c = 0; c < COLV; ++c) {
+    for (int c = 0; c < NV; ++c) {
       vec vv;
-      std::memcpy(&vv, row + c * lanes, sizeof vv);
+      std::memcpy(&vv, row + c * vl, sizeof vv);
       const vec prod = pe * vv;
       a[c] += prod;
     }
   }
-  for (int c = 0; c < COLV; ++c) {
+  for (int c = 0; c < NV; ++c) {
     const vec x = a[c];
-    std::memcpy(acc + c * lanes, &x, sizeof x);
+    std::memcpy(acc + c * vl, &x, sizeof x);
   }
 }
 
