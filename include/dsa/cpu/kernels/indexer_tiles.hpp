@@ -40,14 +40,17 @@ inline constexpr index_t head_block = 2;
 #endif
 
 #if defined(__GNUC__)
-// One key tile as a GCC/Clang vector: lowered to whatever the target ISA offers, and, unlike
-// auto-vectorisation, guaranteed to vectorise over the keys (never across a sum).
-using tile_vec = simd::vec16f;
-static_assert(simd::vec16f_lanes == key_tile);
+// A key tile is VPT of the target's own vectors (arch/vec.hpp: 16 lanes with AVX-512, 8 with
+// AVX, 4 otherwise), GCC/Clang vectors: guaranteed to vectorise over the keys (never across a
+// sum). Not one 16-lane vec16f: wider than the registers, g++ 12 built its splats and FMAs lane
+// by lane (the AVX2 build's indexer at 4 GFLOP/s).
+using tile_vec = simd::vfloat;
+inline constexpr index_t tile_vec_lanes = simd::lanes<float>;
+inline constexpr int VPT = static_cast<int>(key_tile / tile_vec_lanes);
+static_assert(key_tile % tile_vec_lanes == 0);
 
 // acc = acc + a · kv lane by lane, rounded as detail::fma_if_fast (fused where the target has
-// FMA, whatever the optimisation level). By reference: without AVX-512 a 64-byte vector passed
-// by value has an ABI of its own.
+// FMA, whatever the optimisation level).
 DSA_FORCEINLINE void fma_lanes(tile_vec& acc, float a, const tile_vec& kv) {
 #if DSA_CPU_HAS_AVX512
   // The builtin on GCC's own vector type: through the intrinsics' may-alias __m512, GCC kept
@@ -55,16 +58,10 @@ DSA_FORCEINLINE void fma_lanes(tile_vec& acc, float a, const tile_vec& kv) {
   const tile_vec av = {a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a};
   acc = __builtin_ia32_vfmaddps512_mask(av, kv, acc, static_cast<__mmask16>(-1), _MM_FROUND_CUR_DIRECTION);
 #elif DSA_CPU_HAS_AVX && DSA_CPU_HAS_FMA
-  // Two ymm halves through the builtin: g++ 12 left the lane loop below as 16 scalar
-  // vfmadd231ss in the indexer's tiles.
-  const simd::vfloat av = {a, a, a, a, a, a, a, a};
-  simd::vfloat lo = __builtin_shufflevector(acc, acc, 0, 1, 2, 3, 4, 5, 6, 7);
-  simd::vfloat hi = __builtin_shufflevector(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15);
-  lo = __builtin_ia32_vfmaddps256(av, __builtin_shufflevector(kv, kv, 0, 1, 2, 3, 4, 5, 6, 7), lo);
-  hi = __builtin_ia32_vfmaddps256(av, __builtin_shufflevector(kv, kv, 8, 9, 10, 11, 12, 13, 14, 15), hi);
-  acc = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const tile_vec av = {a, a, a, a, a, a, a, a};
+  acc = __builtin_ia32_vfmaddps256(av, kv, acc);
 #elif DSA_CPU_HAS_SCALAR_FMA
-  for (index_t s = 0; s < key_tile; ++s) acc[s] = detail::fma_if_fast(a, kv[s], acc[s]);
+  for (index_t s = 0; s < tile_vec_lanes; ++s) acc[s] = detail::fma_if_fast(a, kv[s], acc[s]);
 #else
   acc += a * kv;
 #endif
@@ -75,14 +72,26 @@ DSA_FORCEINLINE void fma_lanes(tile_vec& acc, float a, const tile_vec& kv) {
 template <index_t HB>
 DSA_FORCEINLINE void head_block_dots(const float* DSA_RESTRICT qf, index_t d, const float* DSA_RESTRICT kt,
                                      float* DSA_RESTRICT z) {
-  tile_vec acc[HB];
-  for (index_t hb = 0; hb < HB; ++hb) acc[hb] = tile_vec{};
+  tile_vec acc[HB][VPT];
+  for (index_t hb = 0; hb < HB; ++hb)
+    for (int v = 0; v < VPT; ++v) acc[hb][v] = tile_vec{};
   for (index_t i = 0; i < d; ++i) {
-    tile_vec kv;  // loaded with memcpy: no alignment assumed, no vector-typed ABI
-    std::memcpy(&kv, kt + i * key_tile, sizeof kv);
-    for (index_t hb = 0; hb < HB; ++hb) fma_lanes(acc[hb], qf[hb * d + i], kv);
+    tile_vec kv[VPT];  // loaded with memcpy: no alignment assumed
+    for (int v = 0; v < VPT; ++v) std::memcpy(&kv[v], kt + i * key_tile + v * tile_vec_lanes, sizeof(tile_vec));
+    for (index_t hb = 0; hb < HB; ++hb) {
+      const float a = qf[hb * d + i];
+      for (int v = 0; v < VPT; ++v) fma_lanes(acc[hb][v], a, kv[v]);
+    }
   }
-  std::memcpy(z, acc, sizeof acc);
+  if constexpr (VPT == 1) {
+    std::memcpy(z, acc, sizeof acc);  // with AVX-512, 1-3% faster than the copies below
+  } else {
+    for (index_t hb = 0; hb < HB; ++hb)
+      for (int v = 0; v < VPT; ++v) {
+        const tile_vec x = acc[hb][v];  // a copy: taking the accumulators' address kept them in memory
+        std::memcpy(z + hb * key_tile + v * tile_vec_lanes, &x, sizeof x);
+      }
+  }
 }
 #else
 template <index_t HB>
@@ -248,14 +257,14 @@ inline void decode_code_tile(const std::uint8_t* const* src, index_t d, float* D
 template <int U>
 [[gnu::noinline]] inline void accumulate_chunk(float* DSA_RESTRICT dst, const float* const* src, const float* c,
                                                index_t count, index_t i0) {
-  tile_vec acc[U];
+  tile_vec acc[U * VPT];
   std::memcpy(acc, dst + i0, sizeof acc);
   for (index_t a = 0; a < count; ++a) {
     const float* DSA_RESTRICT x = src[a] + i0;
     const float ca = c[a];
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < U * VPT; ++u) {
       tile_vec v;  // one vector at a time: an array of them went through the stack
-      std::memcpy(&v, x + u * key_tile, sizeof v);
+      std::memcpy(&v, x + u * tile_vec_lanes, sizeof v);
       fma_lanes(acc[u], ca, v);
     }
   }
