@@ -5,8 +5,9 @@
 //   - vectors of the target's widest registers (vec_bytes: 64 with AVX-512, 32 with AVX, else 16):
 //     vfloat, vdouble, vuint, and the half-width vfloat_half and vhalf; lanes<T> per vector.
 //     fp8_linear's micro-kernels and the dense linear's GEMV are written in them.
-//   - vec16f: 16 fp32 lanes whatever the target (1 zmm, 2 ymm or 4 xmm registers), the unit of
-//     the attention tiles (kernels/attention_tiles.hpp) and the lightning indexer's key tiles.
+//     The attention and indexer tiles (kernels/) are 16 lanes wide and take VPL / VPT of these
+//     per unit: a 64-byte vector type wider than the target's registers made g++ 12 splat
+//     scalars and fuse multiply-adds lane by lane.
 //
 // Vectors are loaded and stored with memcpy (no alignment assumed) and are never passed by value
 // between functions that are not inlined: a vector wider than the target's registers has an
@@ -142,26 +143,6 @@ DSA_FORCEINLINE float reduce_lanes(vfloat v) {
   }
   return t[0];
 }
-
-// ---- 16 fp32 lanes ------------------------------------------------------------------------------
-
-inline constexpr index_t vec16f_lanes = 16;
-#if defined(__GNUC__)
-typedef float vec16f __attribute__((vector_size(vec16f_lanes * sizeof(float))));
-#else
-struct vec16f {
-  float x[vec16f_lanes] = {};
-  vec16f& operator+=(const vec16f& o) {
-    for (index_t l = 0; l < vec16f_lanes; ++l) x[l] += o.x[l];
-    return *this;
-  }
-  friend vec16f operator*(float a, const vec16f& v) {
-    vec16f r;
-    for (index_t l = 0; l < vec16f_lanes; ++l) r.x[l] = a * v.x[l];
-    return r;
-  }
-};
-#endif
 
 }  // namespace cpu_detail::simd
 DSA_NAMESPACE_END

@@ -56,10 +56,10 @@ inline constexpr int pv_heads = 2, pv_colv = 1;
 #endif
 
 // The micro-kernels compute in the target's own vectors (arch/vec.hpp: 16 fp32 lanes with
-// AVX-512, 8 with AVX, 4 otherwise), VPL of them per 16-lane unit of the tiles. Not in vec16f:
-// g++ 12 splats a scalar to a vector wider than the registers lane by lane through the stack,
-// which held the AVX2 build's tiles at 2% of their FMA rate. Every lane does the same operations
-// in the same order whatever the width.
+// AVX-512, 8 with AVX, 4 otherwise), VPL of them per 16-lane unit of the tiles, not in one
+// 16-lane vector type: g++ 12 splats a scalar to a vector wider than the registers lane by lane
+// through the stack, which held the AVX2 build's tiles at 2% of their FMA rate. Every lane does
+// the same operations in the same order whatever the width.
 using vec = simd::vfloat;
 inline constexpr index_t vl = simd::lanes<float>;
 inline constexpr int VPL = static_cast<int>(lanes / vl);

@@ -42,7 +42,7 @@ inline constexpr index_t head_block = 2;
 #if defined(__GNUC__)
 // A key tile is VPT of the target's own vectors (arch/vec.hpp: 16 lanes with AVX-512, 8 with
 // AVX, 4 otherwise), GCC/Clang vectors: guaranteed to vectorise over the keys (never across a
-// sum). Not one 16-lane vec16f: wider than the registers, g++ 12 built its splats and FMAs lane
+// sum). Not one 16-lane vector type: wider than the registers, g++ 12 built its splats and FMAs lane
 // by lane (the AVX2 build's indexer at 4 GFLOP/s).
 using tile_vec = simd::vfloat;
 inline constexpr index_t tile_vec_lanes = simd::lanes<float>;
