@@ -144,5 +144,5 @@ TEST_CASE("the vector width and the packed weight's groups follow the level") {
   CHECK(dsa::cpu_detail::simd::vec_bytes == (DSA_CPU_HAS_AVX512 ? 64 : DSA_CPU_HAS_AVX ? 32 : 16));
   CHECK(dsa::packed_fp8_group_rows == dsa::cpu_detail::simd::lanes<float>);
   // The attention and indexer tiles' 16-lane units are whole numbers of these vectors.
-  CHECK(16 % dsa::cpu_detail::simd::lanes<float> == 0);
+  CHECK(dsa::cpu_detail::simd::vectors_per_tile == (DSA_CPU_HAS_AVX512 ? 1 : DSA_CPU_HAS_AVX ? 2 : 4));
 }

@@ -133,6 +133,12 @@ DSA_FORCEINLINE void fma_lanes(vfloat& acc, const vfloat& a, const vfloat& b) {
 #endif
 }
 
+/// The attention and indexer tiles' unit (kernels/): 16 fp32 lanes, as vectors_per_tile of the
+/// target's vectors (1 with AVX-512, 2 with AVX, 4 otherwise).
+inline constexpr index_t tile_lanes = 16;
+inline constexpr int vectors_per_tile = static_cast<int>(tile_lanes / lanes<float>);
+static_assert(tile_lanes % lanes<float> == 0);
+
 /// The lanes of v summed in a fixed tree (halves, then quarters, ...).
 DSA_FORCEINLINE float reduce_lanes(vfloat v) {
   constexpr index_t L = lanes<float>;

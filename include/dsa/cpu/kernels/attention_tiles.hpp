@@ -37,7 +37,7 @@ DSA_NAMESPACE_BEGIN
 namespace cpu_detail::tiles {
 
 /// Lanes of one micro-kernel vector; matrices the kernels touch are padded to a multiple.
-inline constexpr index_t lanes = 16;
+inline constexpr index_t lanes = simd::tile_lanes;
 inline constexpr index_t pad(index_t x) { return (x + lanes - 1) / lanes * lanes; }
 
 // Register blocking of the two micro-kernels (accumulators = KEYS x HEADV and HEADS x COLV
@@ -62,8 +62,7 @@ inline constexpr int pv_heads = 2, pv_colv = 1;
 // the same operations in the same order whatever the width.
 using vec = simd::vfloat;
 inline constexpr index_t vl = simd::lanes<float>;
-inline constexpr int VPL = static_cast<int>(lanes / vl);
-static_assert(lanes % vl == 0);
+inline constexpr int VPL = simd::vectors_per_tile;
 
 // dst[c] = float(src[c]) for c < d: bf16 -> fp32 is a 16-bit shift of the pattern, written on the
 // integers so that it vectorises.

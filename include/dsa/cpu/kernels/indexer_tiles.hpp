@@ -28,7 +28,7 @@
 DSA_NAMESPACE_BEGIN
 namespace cpu_detail::indexer {
 
-inline constexpr index_t key_tile = 16;  // keys per micro-kernel call
+inline constexpr index_t key_tile = simd::tile_lanes;  // keys per micro-kernel call
 // Heads per micro-kernel call: enough independent accumulators to hide the FMA latency
 // without spilling (one 16-key accumulator is 1 zmm, 2 ymm or 4 xmm registers).
 #if DSA_CPU_HAS_AVX512
@@ -46,8 +46,7 @@ inline constexpr index_t head_block = 2;
 // by lane (the AVX2 build's indexer at 4 GFLOP/s).
 using tile_vec = simd::vfloat;
 inline constexpr index_t tile_vec_lanes = simd::lanes<float>;
-inline constexpr int VPT = static_cast<int>(key_tile / tile_vec_lanes);
-static_assert(key_tile % tile_vec_lanes == 0);
+inline constexpr int VPT = simd::vectors_per_tile;
 
 // acc = acc + a · kv lane by lane, rounded as detail::fma_if_fast (fused where the target has
 // FMA, whatever the optimisation level).
