@@ -74,7 +74,7 @@ if(DSA_BUILD_TESTS OR DSA_BUILD_TOOLS OR DSA_BUILD_EXAMPLES OR DSA_BUILD_BENCH)
   # The CPU ops, likewise (dsa/core/op_instances.hpp): programs that link dsa_cpu_ops call the
   # instances compiled here (one file per op family, built in parallel) for the type combinations the CPU
   # headers list; the forward pass is one of them.
-  add_library(dsa_cpu_ops STATIC)
+  add_library(dsa_cpu_ops STATIC "${PROJECT_SOURCE_DIR}/instances/cpu_isa.cpp")
   foreach(family IN LISTS DSA_OP_FAMILIES)
     target_sources(dsa_cpu_ops PRIVATE "${PROJECT_SOURCE_DIR}/instances/cpu_ops_${family}.cpp")
   endforeach()
@@ -85,4 +85,14 @@ if(DSA_BUILD_TESTS OR DSA_BUILD_TOOLS OR DSA_BUILD_EXAMPLES OR DSA_BUILD_BENCH)
   target_compile_definitions(dsa_model_io PUBLIC DSA_EXTERN_CPU_TRANSFORMER)
   add_library(dsa_cpu_transformer STATIC "${PROJECT_SOURCE_DIR}/instances/cpu_transformer.cpp")
   target_link_libraries(dsa_cpu_transformer PUBLIC dsa_model_io dsa_cpu_ops)
+endif()
+
+# dsa_cpu_runtime: the CPU ops and forward pass as dsa's shipped programs (the tools and the Python
+# module) link them: per x86-64 level, chosen by the loader, under DSA_CPU_DISPATCH
+# (cmake/dsaCpuDispatch.cmake); otherwise the static instances above, built with the build's flags.
+if(DSA_CPU_DISPATCH AND (DSA_BUILD_TOOLS OR DSA_BUILD_PYTHON))
+  include(dsaCpuDispatch)
+elseif(DSA_BUILD_TOOLS)
+  add_library(dsa_cpu_runtime INTERFACE)
+  target_link_libraries(dsa_cpu_runtime INTERFACE dsa_cpu_transformer)
 endif()

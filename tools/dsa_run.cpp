@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "cli_args.hpp"
+#include "dsa/cpu/arch/isa.hpp"
 #include "dsa/cpu/arch/parallel.hpp"
 #include "dsa/model/sampling.hpp"
 #include "dsa/model/transformer.hpp"
@@ -603,7 +604,9 @@ int main(int argc, char** argv) {
     if (o.fp8_dot) be.fp8_block_dot = *o.fp8_dot;
     be.pack_fp8_weights = o.fp8_pack.value_or(true);
     return run(o, be,
-               "threads: " + std::to_string(dsa::cpu_detail::thread_count(be)) + "; fp8 block dots: " +
+               "threads: " + std::to_string(dsa::cpu_detail::thread_count(be)) + "; cpu kernels: " +
+                   std::string(dsa::cpu_detail::isa_level_name(dsa::cpu_detail::instances_isa_level())) +
+                   "; fp8 block dots: " +
                    (be.fp8_block_dot == dsa::fp8_dot::fp32 ? "fp32" : "exact") +
                    (be.pack_fp8_weights ? ", packed" : ", unpacked"));
   } catch (const dsa::model::nonfinite_error& e) {

@@ -7,10 +7,11 @@ place when it is. ``threads=`` sets the CPU thread count of one call (``dsa.set_
 default; 0 = every hardware thread); ``stream=`` the CUDA stream of a call on CUDA arrays (torch's
 current stream by default); ``kernels=`` (the indexer's scores and sparse MLA attention) the CUDA
 backend's fast tensor-core kernels or its exact ones (``dsa.set_cuda_kernels`` the default,
-'fast'). The GIL is released while an op runs. Every error is a ``dsa.Error``
-(a ``ValueError``) with the C++ library's message; so is a scalar argument of the wrong type
-(an integer is an int or a NumPy integer, never a float, bool or str; a float a finite real
-number; a flag a bool). See docs/python.md.
+'exact'). ``dsa.cpu_isa`` names the instruction-set level of the CPU kernels the loader chose
+for this CPU. The GIL is released while an op runs. Every error is a ``dsa.Error`` (a
+``ValueError``) with the C++ library's message; so is a scalar argument of the wrong type (an
+integer is an int or a NumPy integer, never a float, bool or str; a float a finite real number; a
+flag a bool). See docs/python.md.
 """
 
 from . import _core
@@ -29,12 +30,16 @@ from .topk import gather_rows, topk_indices, topk_indices_paged
 
 __version__ = _core.__version__
 
+#: The instruction-set level of the CPU kernels this process runs: "x86-64", "x86-64-v3" or
+#: "x86-64-v4", the libdsa_cpu.so the loader chose for this CPU (docs/python.md, "CPU kernels").
+cpu_isa = str(_core.cpu_isa)
+
 #: Whether this build has the CUDA paths (DSA_ENABLE_CUDA=ON at build time); as built_with_cuda().
 has_cuda = bool(_core.has_cuda_build)
 
 __all__ = [
     "Error", "NonFiniteError", "NonFiniteWarning", "Sequence", "Transformer", "act_dequant", "act_quant",
-    "add_rms_norm", "built_with_cuda", "causal_ranges", "cuda_available", "cuda_device_count", "fp8_linear",
+    "add_rms_norm", "built_with_cuda", "causal_ranges", "cpu_isa", "cuda_available", "cuda_device_count", "fp8_linear",
     "gather_rows", "get_cuda_kernels", "get_num_threads", "hadamard_transform", "has_cuda", "has_ml_dtypes", "indexer_cache_pack",
     "indexer_cache_unpack", "indexer_kl_loss_dense", "indexer_kl_loss_sparse", "kv_cache_fp8_pack",
     "kv_cache_fp8_unpack", "layer_norm", "lightning_indexer_backward", "lightning_indexer_scores",

@@ -3,6 +3,7 @@
 
 #include "common.hpp"
 #include "dsa/core/config.hpp"
+#include "dsa/cpu/arch/isa.hpp"
 #include "dsa/core/error.hpp"
 #include "dsa/core/quote.hpp"
 #include "dsa/model/nonfinite.hpp"
@@ -33,6 +34,13 @@ NB_MODULE(_core, m) {
   // of an array argument before anything is allocated from its shape, and the escaping every
   // dsa::error message gets, for the messages built in Python.
   m.attr("max_threads") = dsa_py::max_threads;
+  // The level the CPU kernels run at: that of the libdsa_cpu.so the loader chose for this CPU
+  // (cmake/dsaCpuDispatch.cmake), or the module's own where its units compile the ops.
+#if defined(DSA_EXTERN_CPU_OPS)
+  m.attr("cpu_isa") = std::string(dsa::cpu_detail::isa_level_name(dsa::cpu_detail::instances_isa_level()));
+#else
+  m.attr("cpu_isa") = std::string(dsa::cpu_detail::isa_level_name(dsa::cpu_detail::compiled_isa_level()));
+#endif
   m.def("array_info", &dsa_py::array_info, dsa_py::array("a"), nb::arg("op"), nb::arg("name"), nb::arg("rank"),
         nb::arg("strided"));
   m.def("quoted", [](std::string_view text) { return dsa::quoted(text); }, nb::arg("text"));

@@ -1,4 +1,4 @@
-# cmake -DBINARY_DIR=... -DPREFIX=... -DMOVED=... -P install_and_move.cmake
+# cmake -DBINARY_DIR=... -DPREFIX=... -DMOVED=... [-DCPU_DISPATCH=ON -DTINY_MODEL=dir] -P install_and_move.cmake
 file(REMOVE_RECURSE "${PREFIX}" "${MOVED}")
 execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BINARY_DIR}" --prefix "${PREFIX}" RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
@@ -20,4 +20,18 @@ foreach(f IN LISTS _cmake_files)
   endif()
 endforeach()
 file(RENAME "${PREFIX}" "${MOVED}")
+# The installed tools find their CPU kernels from the moved tree (RUNPATH $ORIGIN/../lib): the
+# library of each x86-64 level, of which the loader takes the best (cmake/dsaCpuDispatch.cmake).
+if(CPU_DISPATCH AND EXISTS "${MOVED}/bin/dsa_run")
+  file(GLOB_RECURSE _cpu_libs RELATIVE "${MOVED}" "${MOVED}/*/libdsa_cpu.so")
+  list(LENGTH _cpu_libs _n)
+  if(NOT _n EQUAL 3)
+    message(FATAL_ERROR "installed tree has ${_n} libdsa_cpu.so (${_cpu_libs}); expected 3: x86-64, x86-64-v3, x86-64-v4")
+  endif()
+  execute_process(COMMAND "${MOVED}/bin/dsa_run" --model "${TINY_MODEL}" --prompt-ids "1 2 3" --max-new-tokens 2 --quiet
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "cpu kernels: x86-64")
+    message(FATAL_ERROR "the installed, moved dsa_run failed (${rc}):\n${out}")
+  endif()
+endif()
 message(STATUS "dsa installed to ${PREFIX} and moved to ${MOVED}")

@@ -146,6 +146,13 @@ constexpr std::string_view isa_level_name(isa_level level) noexcept {
   return "portable";
 }
 
+/// The level of the CPU op instances this program calls (dsa/core/op_instances.hpp): defined
+/// beside them (instances/cpu_isa.cpp), in dsa_cpu_ops and in each per-level libdsa_cpu.so that
+/// dsa's shipped programs load (cmake/dsaCpuDispatch.cmake), so it answers for the library the
+/// loader chose. Only for programs that link one of those; header-only users have
+/// compiled_isa_level().
+isa_level instances_isa_level() noexcept;
+
 /// The DSA_CPU_HAS_ macros that are 1 in this translation unit, lower case, space-separated
 /// ("sse2 avx avx2 fma f16c bmi2 avx512 avx512bf16 scalar-fma"): what a level does not say, such
 /// as -mavx2 without -mfma. Static, as compiled_isa_level.
