@@ -17,7 +17,8 @@
 // which takes 32 consecutive floats at a time so that bf16 narrows two registers per instruction
 // (AVX512-BF16). n = 128 rows never leave the registers. bf16 outputs larger than the
 // last-level cache go around it in that last step (cpu/arch/streaming_stores.hpp), on rows that
-// start on a 64-byte boundary.
+// start on a 64-byte boundary. With AVX2 + FMA (x86-64-v3) the same path runs on 8-lane
+// registers from n = 8, in 64-float blocks (16 ymm registers hold one group of 8).
 #pragma once
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/cpu/arch/avx2_io.hpp"
 #include "dsa/cpu/arch/avx512_io.hpp"
 #include "dsa/cpu/arch/isa.hpp"
 #include "dsa/cpu/arch/parallel.hpp"
@@ -45,7 +47,7 @@ namespace cpu_detail {
 // x_j + x_(j+H), the upper one x_(j-H) - x_j. For finite and infinite inputs this gives the
 // scalar butterfly's bits (every NaN it can create is the default NaN); which of two NaN inputs
 // an FMA propagates differs from a + b, so rows holding a NaN take the scalar loops (see
-// hadamard_row_avx512).
+// hadamard_row_simd).
 template <int H>
 DSA_FORCEINLINE __m512 hadamard_lane_stage(__m512 x) {
   __m512 partner;
@@ -173,7 +175,7 @@ void hadamard_radix_pass(float* s, index_t n, index_t h, T* y, __m512 sc) {
 // exactly as they always have. Stream: rows longer than 128 write y with streaming stores
 // (cpu/arch/streaming_stores.hpp; y then 64-byte aligned and not `s`).
 template <bool Stream, class T>
-bool hadamard_row_avx512(const T* x, T* y, index_t n, float scale, float* s) {
+bool hadamard_row_simd(const T* x, T* y, index_t n, float scale, float* s) {
   const __m512 sc = _mm512_set1_ps(scale);
   switch (n) {
     case 16: return hadamard_short_row<1>(x, y, sc);
@@ -219,7 +221,164 @@ bool hadamard_row_avx512(const T* x, T* y, index_t n, float scale, float* s) {
   }
 }
 
+// Rows of at least this many floats take hadamard_row_simd.
+inline constexpr index_t hadamard_simd_min_n = 16;
+
 }  // namespace cpu_detail
+#define DSA_HADAMARD_SIMD_ROWS 1
+
+#elif DSA_CPU_HAS_AVX2 && DSA_CPU_HAS_FMA
+namespace cpu_detail {
+
+// The AVX-512 path above on the 8 lanes of a ymm register (x86-64-v3), with the same operations
+// in the same order: strides 1, 2, 4 within a register (a permute and one FMA by +-1, exact),
+// strides 8, 16, 32 between the 8 registers of a 64-float block, then radix-8 passes over the
+// fp32 row from stride 64, the last one scaling and narrowing. One group of 8 registers at a
+// time, where AVX-512 takes two of 8: AVX2 has 16 ymm registers, and the constants need some.
+template <int H>
+DSA_FORCEINLINE __m256 hadamard_lane_stage(__m256 x) {
+  __m256 partner, sign;
+  if constexpr (H == 1) {
+    partner = _mm256_permute_ps(x, 0xB1);  // [1, 0, 3, 2] in each 128-bit half
+    sign = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
+  } else if constexpr (H == 2) {
+    partner = _mm256_permute_ps(x, 0x4E);  // [2, 3, 0, 1]
+    sign = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
+  } else {
+    partner = _mm256_permute2f128_ps(x, x, 0x01);  // halves swapped
+    sign = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
+  }
+  // Upper elements of their pairs: partner - x; lower ones: x + partner (see the AVX-512 path).
+  return _mm256_fmadd_ps(sign, x, partner);
+}
+
+// Strides 1, 2, 4 of one 8-float register, in that order.
+DSA_FORCEINLINE __m256 hadamard_stages8(__m256 x) {
+  x = hadamard_lane_stage<1>(x);
+  x = hadamard_lane_stage<2>(x);
+  return hadamard_lane_stage<4>(x);
+}
+
+// The butterfly between two registers (same lanes, stride a multiple of 8).
+DSA_FORCEINLINE void hadamard_pair(__m256& a, __m256& b) {
+  const __m256 u = a, v = b;
+  a = _mm256_add_ps(u, v);
+  b = _mm256_sub_ps(u, v);
+}
+
+// Butterflies between registers g apart within each group of 2g, for R registers.
+template <int R, int G>
+DSA_FORCEINLINE void hadamard_register_stage(__m256 (&r)[8]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < R; i += 2 * G) {
+#pragma GCC unroll 8
+    for (int j = i; j < i + G; ++j) hadamard_pair(r[j], r[j + G]);
+  }
+}
+
+// Strides 1 .. 8 * R / 2 on R registers holding 8 * R consecutive floats (R = 1, 2, 4, 8).
+template <int R>
+DSA_FORCEINLINE void hadamard_block(__m256 (&r)[8]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) r[i] = hadamard_stages8(r[i]);
+  if constexpr (R >= 2) hadamard_register_stage<R, 1>(r);
+  if constexpr (R >= 4) hadamard_register_stage<R, 2>(r);
+  if constexpr (R >= 8) hadamard_register_stage<R, 4>(r);
+}
+
+// A whole row of n = 8 * R <= 64 in registers. Returns false, writing nothing, when the row
+// holds a NaN.
+template <int R, class T>
+DSA_FORCEINLINE bool hadamard_short_row(const T* x, T* y, __m256 sc) {
+  __m256 r[8];
+  int nan = 0;
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    r[i] = avx2_load8(x + 8 * i);
+    nan |= avx2_nan_lanes(r[i]);
+  }
+  if (nan != 0) return false;
+  hadamard_block<R>(r);
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) avx2_store8(y + 8 * i, _mm256_mul_ps(r[i], sc));
+  return true;
+}
+
+// Strides h, 2h, .. (2^Stages - 1 of them) over the fp32 row s[0, n), h a multiple of 64; the
+// last pass (Last) scales and narrows into y, with streaming stores if Stream (y then 64-byte
+// aligned).
+template <int Stages, bool Last, bool Stream, class T>
+void hadamard_radix_pass(float* s, index_t n, index_t h, T* y, __m256 sc) {
+  constexpr int R = 1 << Stages;
+  __m256 r[8];
+  for (index_t base = 0; base < n; base += h * R) {
+    for (index_t j = base; j < base + h; j += 8) {
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) r[i] = _mm256_loadu_ps(s + j + i * h);
+      hadamard_register_stage<R, 1>(r);
+      if constexpr (R >= 4) hadamard_register_stage<R, 2>(r);
+      if constexpr (R >= 8) hadamard_register_stage<R, 4>(r);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        if constexpr (Last && Stream) {
+          avx2_stream8(y + j + i * h, _mm256_mul_ps(r[i], sc));
+        } else if constexpr (Last) {
+          avx2_store8(y + j + i * h, _mm256_mul_ps(r[i], sc));
+        } else {
+          _mm256_storeu_ps(s + j + i * h, r[i]);
+        }
+      }
+    }
+  }
+}
+
+// One row of a power-of-two size n >= 8, as the AVX-512 hadamard_row_simd.
+template <bool Stream, class T>
+bool hadamard_row_simd(const T* x, T* y, index_t n, float scale, float* s) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  switch (n) {
+    case 8: return hadamard_short_row<1>(x, y, sc);
+    case 16: return hadamard_short_row<2>(x, y, sc);
+    case 32: return hadamard_short_row<4>(x, y, sc);
+    case 64: return hadamard_short_row<8>(x, y, sc);
+    default: break;
+  }
+  // Strides 1 .. 32 per 64-float block, widened on the way in.
+  __m256 r[8];
+  int nan = 0;
+  for (index_t b = 0; b < n; b += 64) {
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      r[i] = avx2_load8(x + b + 8 * i);
+      nan |= avx2_nan_lanes(r[i]);
+    }
+    hadamard_block<8>(r);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) _mm256_storeu_ps(s + b + 8 * i, r[i]);
+  }
+  if (nan != 0) return false;
+  // Strides 64 and up: radix-8 passes while three or more stages are left, then one radix-8, -4
+  // or -2 pass, which scales and narrows.
+  index_t h = 64;
+  for (;;) {
+    const index_t left = n / h;  // 2^(stages left)
+    if (left <= 8) {
+      if (left == 8) hadamard_radix_pass<3, true, Stream>(s, n, h, y, sc);
+      if (left == 4) hadamard_radix_pass<2, true, Stream>(s, n, h, y, sc);
+      if (left == 2) hadamard_radix_pass<1, true, Stream>(s, n, h, y, sc);
+      return true;
+    }
+    hadamard_radix_pass<3, false, false>(s, n, h, y, sc);
+    h *= 8;
+  }
+}
+
+inline constexpr index_t hadamard_simd_min_n = 8;
+
+}  // namespace cpu_detail
+#define DSA_HADAMARD_SIMD_ROWS 1
+#else
+#define DSA_HADAMARD_SIMD_ROWS 0
 #endif
 
 template <>
@@ -229,8 +388,8 @@ struct op_impl<cpu_backend, hadamard_transform_op> {
     const hadamard_plan plan = make_hadamard_plan(x.extent(1));
     // About 64K elements per task: enough work to pay for a thread.
     const index_t grain = std::max<index_t>(1, (index_t{1} << 16) / plan.n);
-#if DSA_CPU_HAS_AVX512
-    if (plan.base == 1 && plan.n >= 16) {
+#if DSA_HADAMARD_SIMD_ROWS
+    if (plan.base == 1 && plan.n >= cpu_detail::hadamard_simd_min_n) {
       // bf16 output rows longer than 128 can stream (fp32 ones are their own scratch below,
       // which measured faster from memory than a separate scratch and streaming stores).
       const bool stream = !std::is_same_v<T, float> && plan.n > 128 &&
@@ -246,11 +405,11 @@ struct op_impl<cpu_backend, hadamard_transform_op> {
           bool done;
           if constexpr (std::is_same_v<T, float>) {
             if (x.row(r) != yr) s = yr;
-            done = cpu_detail::hadamard_row_avx512<false>(x.row(r), yr, plan.n, scale, s);
+            done = cpu_detail::hadamard_row_simd<false>(x.row(r), yr, plan.n, scale, s);
           } else {
             const bool stream_row = stream && cpu_detail::streaming_aligned(yr);
-            done = stream_row ? cpu_detail::hadamard_row_avx512<true>(x.row(r), yr, plan.n, scale, s)
-                              : cpu_detail::hadamard_row_avx512<false>(x.row(r), yr, plan.n, scale, s);
+            done = stream_row ? cpu_detail::hadamard_row_simd<true>(x.row(r), yr, plan.n, scale, s)
+                              : cpu_detail::hadamard_row_simd<false>(x.row(r), yr, plan.n, scale, s);
           }
           if (!done) transform_row(plan, x.row(r), yr, scale, scratch.data());  // a NaN in the row
         }
