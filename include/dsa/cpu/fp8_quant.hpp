@@ -6,7 +6,8 @@
 // the branch-free integer form of fp8_quant_encode_clamped lane by lane, and the decode builds
 // each e4m3 value from its code's bits (no table). Every lane performs exactly the scalar
 // operations, so the results are bit-identical to the scalar path (tested over every bf16
-// pattern, special values and random floats, and odd group lengths).
+// pattern, special values and random floats, and odd group lengths). With AVX2 (x86-64-v3) the
+// same loops run 8 lanes per instruction, blends in place of the mask registers.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "dsa/core/backend.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/cpu/arch/avx2_io.hpp"
 #include "dsa/cpu/arch/avx512_io.hpp"
 #include "dsa/cpu/arch/isa.hpp"
 #include "dsa/cpu/arch/parallel.hpp"
@@ -93,6 +95,41 @@ DSA_FORCEINLINE __m512 fp8_quant_decode16(__m512i c) {
   return _mm512_castsi512_ps(m);
 }
 
+#elif DSA_CPU_HAS_AVX2
+// fp8_quant_encode16 on 8 lanes (x86-64-v3): the same integer formulas, with blends for the
+// masks. |v|'s pattern has its sign bit clear, so the signed compares order it as unsigned.
+DSA_FORCEINLINE __m256i fp8_quant_encode8(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i normal = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0x7FFFF - ((127 - 7) << 23))),
+                       _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1))),
+      20);
+  const __m256i subnormal = _mm256_sub_epi32(
+      _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(16384.0f))), _mm256_set1_epi32(0x46800000));
+  __m256i code = _mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x3C7FFFFF)));
+  code = _mm256_min_epu32(code, _mm256_set1_epi32(0x7E));
+  code = _mm256_or_si256(code, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
+  return _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7F), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000)));
+}
+
+// Two registers of 8 codes (one per 32-bit lane, < 256) as 16 consecutive bytes.
+DSA_FORCEINLINE __m128i fp8_quant_pack16(__m256i lo, __m256i hi) {
+  // packus interleaves the 128-bit halves; the permutes restore the order.
+  const __m256i words = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi16(words, words), 0x08));
+}
+
+// fp8_quant_decode16 on 8 codes (the low byte of each lane).
+DSA_FORCEINLINE __m256 fp8_quant_decode8(__m256i c) {
+  const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7F));
+  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32((127 - 7) << 23));
+  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_castsi256_ps(_mm256_set1_epi32((127 - 9) << 23)));
+  __m256i m = _mm256_blendv_epi8(normal, _mm256_castps_si256(sub), _mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag));
+  m = _mm256_blendv_epi8(m, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F)));
+  m = _mm256_xor_si256(m, _mm256_and_si256(_mm256_slli_epi32(c, 24), _mm256_set1_epi32(static_cast<int>(0x80000000u))));
+  return _mm256_castsi256_ps(m);
+}
 #endif
 
 // abs_max(x, len) of numerics/fp8_quant.hpp: the unsigned max of the |x| bit patterns.
@@ -120,6 +157,24 @@ float fp8_quant_abs_max(const T* x, index_t len) {
       m = _mm512_reduce_max_epu32(mv);
     }
   }
+#elif DSA_CPU_HAS_AVX2
+  __m256i mv = _mm256_setzero_si256();
+  if constexpr (std::is_same_v<T, bf16>) {
+    for (; i + 16 <= len; i += 16) {
+      mv = _mm256_max_epu16(mv, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)),
+                                                 _mm256_set1_epi16(0x7FFF)));
+    }
+    mv = _mm256_max_epu32(_mm256_srli_epi32(mv, 16), _mm256_and_si256(mv, _mm256_set1_epi32(0xFFFF)));
+    mv = _mm256_slli_epi32(mv, 16);
+  } else {
+    for (; i + 8 <= len; i += 8) {
+      mv = _mm256_max_epu32(mv, _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(x + i)), _mm256_set1_epi32(0x7FFFFFFF)));
+    }
+  }
+  __m128i m4 = _mm_max_epu32(_mm256_castsi256_si128(mv), _mm256_extracti128_si256(mv, 1));
+  m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, 0x4E));
+  m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, 0xB1));
+  m = static_cast<std::uint32_t>(_mm_cvtsi128_si32(m4));
 #endif
   for (; i < len; ++i) {
     const std::uint32_t a = abs_bits(x[i]);
@@ -150,6 +205,22 @@ void fp8_quant_group(const T* x, index_t len, float s, fp8_e4m3* q) {
     for (; i + 16 <= len; i += 16) {
       const __m512 v = _mm512_div_ps(avx512_load16(x + i), sv);  // IEEE division
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), fp8_quant_encode16(v));
+    }
+  }
+#elif DSA_CPU_HAS_AVX2
+  if (pow2) {
+    const __m256 iv = _mm256_set1_ps(inv);
+    for (; i + 16 <= len; i += 16) {
+      const __m256i lo = fp8_quant_encode8(_mm256_mul_ps(avx2_load8(x + i), iv));
+      const __m256i hi = fp8_quant_encode8(_mm256_mul_ps(avx2_load8(x + i + 8), iv));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), fp8_quant_pack16(lo, hi));
+    }
+  } else {
+    const __m256 sv = _mm256_set1_ps(s);
+    for (; i + 16 <= len; i += 16) {
+      const __m256i lo = fp8_quant_encode8(_mm256_div_ps(avx2_load8(x + i), sv));  // IEEE division
+      const __m256i hi = fp8_quant_encode8(_mm256_div_ps(avx2_load8(x + i + 8), sv));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), fp8_quant_pack16(lo, hi));
     }
   }
 #endif
@@ -192,6 +263,13 @@ void fp8_dequant_range(const fp8_e4m3* q, index_t len, float s, T* y, const floa
   for (; !nan_scale && i + 16 <= len; i += 16) {
     const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i)));
     avx512_store16(y + i, _mm512_mul_ps(fp8_quant_decode16(c), sv));
+  }
+#elif DSA_CPU_HAS_AVX2
+  const __m256 sv = _mm256_set1_ps(s);
+  const bool nan_scale = (detail::float_bits(s) & 0x7FFFFFFFu) > 0x7F800000u;  // as above
+  for (; !nan_scale && i + 8 <= len; i += 8) {
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i)));
+    avx2_store8(y + i, _mm256_mul_ps(fp8_quant_decode8(c), sv));
   }
 #endif
   for (; i < len; ++i) y[i] = from_float<T>(values[q[i].bits] * s);
