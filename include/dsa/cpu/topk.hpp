@@ -2,11 +2,13 @@
 //
 // Radix select per row, O(n), on the order-preserving keys of numerics/topk.hpp (every score of
 // the range is selectable; NaN ranks above every number):
-//   1. histogram pass over the row: each score's key (computed 16 at a time with AVX-512) and
-//      the histogram of its top 11 bits; the bucket b0 holding the k-th largest key follows;
+//   1. histogram pass over the row: each score's key (computed 16 at a time with AVX-512, 8 with
+//      AVX2) and the histogram of its top 11 bits; the bucket b0 holding the k-th largest key
+//      follows;
 //   2. collect pass over the row: every (position, key) with a key in bucket b0 or above goes,
-//      in index order, to a candidate list (vector compress-stores) — about k..2k entries on
-//      real score rows, so nothing later touches the row again;
+//      in index order, to a candidate list (vector compress-stores; with AVX2 a lane permute
+//      from a table of masks) — about k..2k entries on real score rows, so nothing later touches
+//      the row again;
 //   3. two passes over the candidates (the next 11 bits, then the last 10) narrow bucket b0 down
 //      to the exact threshold key T and the number r of elements equal to T still to take;
 //   4. emission over the candidates, in index order: every key > T and the first r keys == T.
@@ -18,6 +20,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
@@ -33,7 +36,7 @@
 #include "dsa/numerics/topk.hpp"
 #include "dsa/ops/topk.hpp"
 
-#if DSA_CPU_HAS_AVX512
+#if DSA_CPU_HAS_AVX512 || DSA_CPU_HAS_AVX2
 #include <immintrin.h>
 #endif
 
@@ -76,6 +79,40 @@ DSA_FORCEINLINE __m512i topk_keys16(const float* x) {
   const __m512i key = _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), sign_bit));
   return _mm512_mask_mov_epi32(key, nan, _mm512_set1_epi32(static_cast<int>(topk_nan_key)));
 }
+#elif DSA_CPU_HAS_AVX2
+// topk_keys16 on 8 scores (x86-64-v3), blends for the masks: bit-identical to the scalar
+// function. |u|'s pattern has its sign bit clear, so the signed compare orders it as unsigned.
+DSA_FORCEINLINE __m256i topk_keys8(const float* x) {
+  const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  const __m256i sign_bit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_andnot_si256(sign_bit, u0), _mm256_set1_epi32(0x7F800000));
+  const __m256i u = _mm256_andnot_si256(_mm256_cmpeq_epi32(u0, sign_bit), u0);  // -0.0 -> +0.0
+  const __m256i key = _mm256_xor_si256(u, _mm256_or_si256(_mm256_srai_epi32(u, 31), sign_bit));
+  return _mm256_blendv_epi8(key, _mm256_set1_epi32(static_cast<int>(topk_nan_key)), nan);
+}
+
+// AVX2 has no compress: for each 8-bit lane mask, the lanes it keeps in order (then zeros), as
+// bytes for _mm256_cvtepu8_epi32 and a lane permute.
+inline constexpr auto topk_compress8_table = [] {
+  std::array<std::uint8_t, 256 * 8> t{};
+  for (unsigned m = 0; m < 256; ++m) {
+    unsigned w = 0;
+    for (unsigned lane = 0; lane < 8; ++lane) {
+      if ((m >> lane) & 1u) t[m * 8 + w++] = static_cast<std::uint8_t>(lane);
+    }
+  }
+  return t;
+}();
+
+// The lanes of v selected by the 8-bit mask m, moved to the front.
+DSA_FORCEINLINE __m256i topk_compress8(__m256i v, int m) {
+  const __m256i lanes =
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(topk_compress8_table.data() + 8 * m)));
+  return _mm256_permutevar8x32_epi32(v, lanes);
+}
+
+// The 8-bit mask of the lanes of a mask vector (all ones or zeros per lane).
+DSA_FORCEINLINE int topk_lane_mask8(__m256i m) { return _mm256_movemask_ps(_mm256_castsi256_ps(m)); }
 #endif
 
 /// Pass 1 over x[0, len): hist[0, topk_cpu_buckets0) = histogram of the keys' top digit (hist
@@ -94,6 +131,20 @@ inline void topk_histogram(const float* x, index_t len, std::uint32_t* hist) {
     for (int v = 0; v < 256; v += 16) {
       const __m512i key = topk_keys16(x + j + v);
       _mm512_store_si512(static_cast<void*>(d + v), _mm512_srli_epi32(key, topk_cpu_shift0));
+    }
+    for (int u = 0; u < 256; u += 4) {
+      ++sub[0][d[u]];
+      ++sub[1][d[u + 1]];
+      ++sub[2][d[u + 2]];
+      ++sub[3][d[u + 3]];
+    }
+  }
+#elif DSA_CPU_HAS_AVX2
+  alignas(32) std::uint32_t d[256];
+  for (; j + 256 <= len; j += 256) {
+    for (int v = 0; v < 256; v += 8) {
+      const __m256i key = topk_keys8(x + j + v);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(d + v), _mm256_srli_epi32(key, topk_cpu_shift0));
     }
     for (int u = 0; u < 256; u += 4) {
       ++sub[0][d[u]];
@@ -134,6 +185,21 @@ inline index_t topk_collect(const float* x, index_t len, std::uint32_t lo, std::
     }
     idx = _mm512_add_epi32(idx, step);
   }
+#elif DSA_CPU_HAS_AVX2
+  // key >= lo as unsigned: both biased by 2^31 for the signed compare.
+  const __m256i bias = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i lo_v = _mm256_set1_epi32(static_cast<int>(lo ^ 0x80000000u));
+  __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(base)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  for (; j + 8 <= len; j += 8) {
+    const __m256i key = topk_keys8(x + j);
+    const int m = ~topk_lane_mask8(_mm256_cmpgt_epi32(lo_v, _mm256_xor_si256(key, bias))) & 0xFF;
+    if (m != 0) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pos + w), topk_compress8(idx, m));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(keys + w), topk_compress8(key, m));
+      w += __builtin_popcount(static_cast<unsigned>(m));
+    }
+    idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8));
+  }
 #endif
   for (; j < len; ++j) {
     const std::uint32_t key = topk_radix_key(x[j]);
@@ -158,6 +224,15 @@ inline index_t topk_select_prefix(const std::uint32_t* src, index_t len, int shi
     const __mmask16 m = _mm512_cmpeq_epi32_mask(_mm512_srl_epi32(key, sh), want);
     _mm512_storeu_si512(static_cast<void*>(dst + w), _mm512_maskz_compress_epi32(m, key));
     w += __builtin_popcount(m);
+  }
+#elif DSA_CPU_HAS_AVX2
+  const __m256i want = _mm256_set1_epi32(static_cast<int>(prefix));
+  const __m128i sh = _mm_cvtsi32_si128(shift);
+  for (; i + 8 <= len; i += 8) {
+    const __m256i key = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const int m = topk_lane_mask8(_mm256_cmpeq_epi32(_mm256_srl_epi32(key, sh), want));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + w), topk_compress8(key, m));
+    w += __builtin_popcount(static_cast<unsigned>(m));
   }
 #endif
   for (; i < len; ++i) {
