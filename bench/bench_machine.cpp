@@ -2,8 +2,11 @@
 // as a fraction of what this CPU can do: peak fp32 FMA throughput and memory bandwidth
 // (STREAM-style copy and triad over arrays far larger than the last-level cache), and the fixed
 // cost of one cpu_detail::parallel_for call (the pooled workers) next to starting and joining a
-// std::thread per chunk (what parallel_for did before the pool).
+// std::thread per chunk (what parallel_for did before the pool). And Eigen's fp32 GEMM on the
+// attention kernels' shapes: the compiled-code reference their targets are stated against.
 #include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
 
 #include <atomic>
 #include <cstring>
@@ -81,6 +84,33 @@ void BM_bandwidth_triad(benchmark::State& state) {
                          benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kAvgThreads);
 }
 BENCHMARK(BM_bandwidth_triad)->Threads(1)->Threads(2)->UseRealTime()->MinTime(0.5);
+
+// Eigen's fp32 GEMM C[M, N] = A[M, K] · B[K, N], single-threaded (Eigen runs one thread without
+// OpenMP), compiled with this build's flags: what the same FLOPs cost in a well-tuned library
+// GEMM on this CPU and ISA level, the reference of issue 36's targets for the lightning indexer
+// and sparse MLA ("of Eigen GEMM"). Shapes: the indexer's 64 heads x 128 for 1 query against 32K
+// keys and for 64 queries against 8K; sparse MLA decode's two products per token (128 heads,
+// 2048 selected rows: logits over d_qk = 576, then P·V over d_v = 512).
+void BM_eigen_sgemm_reference(benchmark::State& state) {
+  const Eigen::Index m = state.range(0), k = state.range(1), n = state.range(2);
+  const Eigen::MatrixXf a = Eigen::MatrixXf::Random(m, k), b = Eigen::MatrixXf::Random(k, n);
+  Eigen::MatrixXf c(m, n);
+  for (auto _ : state) {
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m * k * n), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_eigen_sgemm_reference)
+    ->ArgNames({"M", "K", "N"})
+    ->Args({64, 128, 32768})
+    ->Args({4096, 128, 8192})
+    ->Args({128, 576, 2048})
+    ->Args({128, 2048, 512})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.3);
 
 // One parallel_for over 2 chunks with an empty body: the pool's dispatch and completion cost.
 void BM_parallel_for_overhead(benchmark::State& state) {

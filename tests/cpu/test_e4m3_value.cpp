@@ -45,6 +45,14 @@ void check_every_code() {
     _mm512_storeu_ps(all + c0, dsa::cpu_detail::e4m3_values16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes))));
   }
   CHECK(mismatches([&](int c) { return all[c]; }) == 0);
+#elif DSA_CPU_HAS_AVX2
+  float all[256];
+  for (int c0 = 0; c0 < 256; c0 += 8) {
+    std::uint8_t codes[16] = {};
+    for (int j = 0; j < 8; ++j) codes[j] = static_cast<std::uint8_t>(c0 + j);
+    _mm256_storeu_ps(all + c0, dsa::cpu_detail::e4m3_values8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes))));
+  }
+  CHECK(mismatches([&](int c) { return all[c]; }) == 0);
 #endif
 }
 

@@ -1,5 +1,5 @@
 // fp8_e4m3::to_float on the code bits for the CPU kernels' row decodes: branch-free (the scalar
-// form vectorises, the AVX-512 form widens 16 codes at once) and without a table.
+// form vectorises, the AVX-512 form widens 16 codes at once, the AVX2 one 8) and without a table.
 //
 // The exponent/mantissa fields move into fp32 position with the exponent rebiased (+120), which
 // is the value of every normal code; a subnormal code (exponent field 0, value m 2^-9) then reads
@@ -18,7 +18,7 @@
 #include "dsa/core/types.hpp"
 #include "dsa/cpu/arch/isa.hpp"
 
-#if DSA_CPU_HAS_AVX512
+#if DSA_CPU_HAS_AVX512 || DSA_CPU_HAS_AVX2
 #include <immintrin.h>
 #endif
 
@@ -46,6 +46,19 @@ DSA_FORCEINLINE __m512 e4m3_values16(__m128i codes) {
   const __m512i bits = _mm512_mask_mov_epi32(_mm512_castps_si512(v), nan, _mm512_set1_epi32(0x7FC00000));
   const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
   return _mm512_castsi512_ps(_mm512_or_si512(bits, sign));
+}
+#elif DSA_CPU_HAS_AVX2
+/// e4m3_value of 8 codes (the low 8 bytes of `codes`), blends for the masks.
+DSA_FORCEINLINE __m256 e4m3_values8(__m128i codes) {
+  const __m256i b = _mm256_cvtepu8_epi32(codes);
+  const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7F));
+  const __m256 f = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23)));
+  const __m256 sub = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag));
+  const __m256 v = _mm256_add_ps(f, _mm256_and_ps(_mm256_sub_ps(f, _mm256_set1_ps(0x1p-6f)), sub));
+  const __m256i nan = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F));
+  const __m256i bits = _mm256_blendv_epi8(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FC00000), nan);
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+  return _mm256_castsi256_ps(_mm256_or_si256(bits, sign));
 }
 #endif
 

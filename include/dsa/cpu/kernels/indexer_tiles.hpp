@@ -1,7 +1,7 @@
 // The lightning indexer's key-tile micro-kernels (cpu/lightning_indexer.hpp runs them): a tile of
 // key_tile = 16 keys decoded to fp32 and transposed into [d, 16] (each key row decoded with
-// kernels/e4m3_value.hpp, or, with AVX-512, 16 x 16 codes transposed in registers first), then
-// for a block of heads one 16-lane accumulator per head, fed by broadcast multiply-adds (GCC
+// kernels/e4m3_value.hpp, or, with AVX-512 or AVX2, 16 x 16 codes transposed in registers
+// first), then for a block of heads one 16-lane accumulator per head, fed by broadcast multiply-adds (GCC
 // vectors, arch/vec.hpp). Each lane is one key's dot product over i = 0..d-1 in ascending order
 // from +0, with the rounding of detail::fma_if_fast, and the head sum runs over h = 0..H-1 with
 // the product rounded first: the normative order of dsa/numerics/lightning_indexer.hpp. The
@@ -21,7 +21,7 @@
 #include "dsa/numerics/fp32_ops.hpp"
 #include "dsa/numerics/lightning_indexer.hpp"
 
-#if DSA_CPU_HAS_AVX512
+#if DSA_CPU_HAS_AVX512 || DSA_CPU_HAS_AVX2
 #include <immintrin.h>
 #endif
 
@@ -232,12 +232,42 @@ DSA_FORCEINLINE void decode_codes16_transposed(const std::uint8_t* const* rows, 
     _mm512_storeu_ps(dst + 3 * key_tile, e4m3_values16(_mm512_extracti32x4_epi32(w, 3)));
   }
 }
+#elif DSA_CPU_HAS_AVX2
+// The same on 256-bit registers, 8 rows at a time: per half, z[a]'s 128-bit lane q holds row
+// 4q + a, the unpacks leave code 4g + c of rows 4q .. 4q + 3 in dword c of u[g]'s lane q, and a
+// dword permute puts code 4g + c of the 8 rows in qword c, widened 8 codes at a time.
+DSA_FORCEINLINE void decode_codes16_transposed(const std::uint8_t* const* rows, index_t i0, float* DSA_RESTRICT kt) {
+  static_assert(key_tile == 16);
+  for (int half = 0; half < 2; ++half) {
+    const std::uint8_t* const* r = rows + 8 * half;
+    __m256i z[4];
+    for (int a = 0; a < 4; ++a) {
+      z[a] = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r[a] + i0))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[4 + a] + i0)), 1);
+    }
+    const __m256i t0 = _mm256_unpacklo_epi8(z[0], z[1]), t1 = _mm256_unpackhi_epi8(z[0], z[1]);
+    const __m256i t2 = _mm256_unpacklo_epi8(z[2], z[3]), t3 = _mm256_unpackhi_epi8(z[2], z[3]);
+    const __m256i u[4] = {_mm256_unpacklo_epi16(t0, t2), _mm256_unpackhi_epi16(t0, t2),
+                          _mm256_unpacklo_epi16(t1, t3), _mm256_unpackhi_epi16(t1, t3)};
+    const __m256i across = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int g = 0; g < 4; ++g) {
+      const __m256i w = _mm256_permutevar8x32_epi32(u[g], across);
+      const __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
+      float* dst = kt + (i0 + 4 * g) * key_tile + 8 * half;
+      _mm256_storeu_ps(dst, e4m3_values8(lo));
+      _mm256_storeu_ps(dst + key_tile, e4m3_values8(_mm_srli_si128(lo, 8)));
+      _mm256_storeu_ps(dst + 2 * key_tile, e4m3_values8(hi));
+      _mm256_storeu_ps(dst + 3 * key_tile, e4m3_values8(_mm_srli_si128(hi, 8)));
+    }
+  }
+}
 #endif
 
 // kt [d, key_tile]: the values of the code rows src[0 .. key_tile) (d codes each), transposed;
 // `rows` [key_tile, d] is scratch for the generic path (decode, then transpose_tile).
 inline void decode_code_tile(const std::uint8_t* const* src, index_t d, float* DSA_RESTRICT rows, float* DSA_RESTRICT kt) {
-#if DSA_CPU_HAS_AVX512
+#if DSA_CPU_HAS_AVX512 || DSA_CPU_HAS_AVX2
   if (d % 16 == 0) {
     for (index_t i0 = 0; i0 < d; i0 += 16) decode_codes16_transposed(src, i0, kt);
     return;
