@@ -62,9 +62,24 @@ struct sparse_mla_fp8_rows {
     const std::uint8_t* DSA_RESTRICT row = kv.row(j);
     for (index_t g = 0; g < kv_fp8_num_scales; ++g) {
       const float s = kv_fp8_row_scale(row, g);
-      for (index_t i = g * kv_fp8_group; i < (g + 1) * kv_fp8_group; ++i) {
-        dst[i] = e4m3_value(row[i]) * s;
+      index_t i = g * kv_fp8_group;
+      const index_t end = i + kv_fp8_group;
+      // Vector decodes give e4m3_value's bits; a NaN scale stays on the scalar loop, whose
+      // operand order decides which of two NaNs a product returns.
+      if ((detail::float_bits(s) & 0x7FFFFFFFu) <= 0x7F800000u) {
+#if DSA_CPU_HAS_AVX512
+        for (; i + 16 <= end; i += 16) {
+          const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i));
+          _mm512_storeu_ps(dst + i, _mm512_mul_ps(e4m3_values16(c), _mm512_set1_ps(s)));
+        }
+#elif DSA_CPU_HAS_AVX2
+        for (; i + 8 <= end; i += 8) {
+          const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + i));
+          _mm256_storeu_ps(dst + i, _mm256_mul_ps(e4m3_values8(c), _mm256_set1_ps(s)));
+        }
+#endif
       }
+      for (; i < end; ++i) dst[i] = e4m3_value(row[i]) * s;
     }
     for (index_t c = 0; c < kv_rope_dim; ++c) {
       std::uint16_t b;
@@ -123,7 +138,7 @@ void sparse_mla_attention_cpu(const cpu_backend& be, const tensor_view<const bf1
       std::vector<float> qt(static_cast<std::size_t>(d_qk * hpad));      // queries, [d_qk, hpad]
       std::vector<float> kt(static_cast<std::size_t>(tile * kstride));   // decoded tile, [tile, kstride]
       std::vector<float> st(static_cast<std::size_t>(tile * hpad));      // logits, [tile, hpad]
-      std::vector<float> pm(static_cast<std::size_t>(hpad * tile));      // weights, [hpad, tile]
+      std::vector<float> head_scratch(static_cast<std::size_t>(2 * hpad));  // tile maxima, sums
       std::vector<float> acc(static_cast<std::size_t>(hpad * dvpad));    // unnormalised outputs
       std::vector<float> logits;                                         // [g_hn, cnt] (probs only)
       std::vector<online_softmax_state> state(static_cast<std::size_t>(group_heads));
@@ -168,29 +183,42 @@ void sparse_mla_attention_cpu(const cpu_backend& be, const tensor_view<const bf1
           for (index_t j = 0; j < jn; ++j) kv.decode(used_row[static_cast<std::size_t>(j0 + j)], kt.data() + j * kstride);
           tiles::tile_logits(qt.data(), hpad, kt.data(), kstride, d_qk, jn, st.data());
 
+          // The online softmax of every head over the tile, in place in the logits [jn, hpad]: each
+          // head's sequence of operations as numerics/online_softmax.hpp orders it, with the heads
+          // innermost so that the scaling, the maxima and the sums vectorise across them (only the
+          // exps are calls): scaled logits and tile maxima, the rescale, the weights, their sums.
+          float* tmax = head_scratch.data();
+          float* sum = tmax + hpad;
+          std::fill_n(tmax, g_hn, detail::neg_inf_f32());
+          for (index_t j = 0; j < jn; ++j) {
+            float* x = st.data() + j * hpad;
+            for (index_t i = 0; i < g_hn; ++i) {
+              x[i] *= scale;
+              tmax[i] = detail::max_propagate_nan(tmax[i], x[i]);
+            }
+          }
           for (index_t i = 0; i < g_hn; ++i) {
             online_softmax_state& sti = state[static_cast<std::size_t>(i)];
-            float* w = pm.data() + i * tile;
-            float tile_max = detail::neg_inf_f32();
-            for (index_t j = 0; j < jn; ++j) {
-              const float x = st[static_cast<std::size_t>(j * hpad + i)] * scale;
-              w[j] = x;
-              tile_max = detail::max_propagate_nan(tile_max, x);
+            if (want_probs) {
+              for (index_t j = 0; j < jn; ++j) logits[static_cast<std::size_t>(i * cnt + j0 + j)] = st[static_cast<std::size_t>(j * hpad + i)];
             }
-            const float alpha = online_softmax_rescale(sti, tile_max);
+            const float alpha = online_softmax_rescale(sti, tmax[i]);
             if (alpha != 1.0f) {
               float* a = acc.data() + i * dvpad;
               for (index_t c = 0; c < d_v; ++c) a[c] *= alpha;
             }
-            for (index_t j = 0; j < jn; ++j) {
-              const float x = w[j];
-              if (want_probs) logits[static_cast<std::size_t>(i * cnt + j0 + j)] = x;
-              const float wj = online_softmax_weight(sti, x);
-              sti.sum += wj;
-              w[j] = wj;
-            }
+            sum[i] = sti.sum;
           }
-          tiles::tile_pv(pm.data(), tile, kt.data(), kstride, jn, acc.data(), dvpad, g_hn, dvpad);
+          for (index_t j = 0; j < jn; ++j) {
+            float* x = st.data() + j * hpad;
+            for (index_t i = 0; i < g_hn; ++i) x[i] = online_softmax_weight(state[static_cast<std::size_t>(i)], x[i]);
+          }
+          for (index_t j = 0; j < jn; ++j) {
+            const float* w = st.data() + j * hpad;
+            for (index_t i = 0; i < g_hn; ++i) sum[i] += w[i];
+          }
+          for (index_t i = 0; i < g_hn; ++i) state[static_cast<std::size_t>(i)].sum = sum[i];
+          tiles::tile_pv(st.data(), 1, hpad, kt.data(), kstride, jn, acc.data(), dvpad, g_hn, dvpad);
         }
 
         for (index_t i = 0; i < g_hn; ++i) {

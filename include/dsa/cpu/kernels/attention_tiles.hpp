@@ -111,10 +111,10 @@ inline void tile_logits(const float* qt, index_t hpad, const float* kt, index_t 
   for (; j < jn; ++j) logits_keys<1>(qt, hpad, kt + j * kstride, kstride, d, st + j * hpad);
 }
 
-// acc[h * astride + c] += sum_j p[h * pstride + j] · kt[j * kstride + c] (the partial sum over
+// acc[h * astride + c] += sum_j p[h * phs + j * pks] · kt[j * kstride + c] (the partial sum over
 // j ascending from +0, then one addition) for HEADS heads and COLV * 16 columns.
 template <int HEADS, int COLV>
-DSA_FORCEINLINE void pv_block(const float* DSA_RESTRICT p, index_t pstride, const float* DSA_RESTRICT kt,
+DSA_FORCEINLINE void pv_block(const float* DSA_RESTRICT p, index_t phs, index_t pks, const float* DSA_RESTRICT kt,
                               index_t kstride, index_t jn, float* DSA_RESTRICT acc, index_t astride) {
   constexpr int NV = COLV * VPL;
   vec part[HEADS][NV];
@@ -124,7 +124,7 @@ DSA_FORCEINLINE void pv_block(const float* DSA_RESTRICT p, index_t pstride, cons
     vec vv[NV];
     for (int v = 0; v < NV; ++v) std::memcpy(&vv[v], kt + j * kstride + v * vl, sizeof(vec));
     for (int h = 0; h < HEADS; ++h) {
-      const float ph = p[h * pstride + j];
+      const float ph = p[h * phs + j * pks];
       for (int v = 0; v < NV; ++v) part[h][v] += ph * vv[v];
     }
   }
@@ -139,22 +139,23 @@ DSA_FORCEINLINE void pv_block(const float* DSA_RESTRICT p, index_t pstride, cons
 }
 
 template <int COLV>
-void pv_cols(const float* p, index_t pstride, const float* kt, index_t kstride, index_t jn, float* acc,
+void pv_cols(const float* p, index_t phs, index_t pks, const float* kt, index_t kstride, index_t jn, float* acc,
              index_t astride, index_t heads) {
   index_t h = 0;
   for (; h + pv_heads <= heads; h += pv_heads) {
-    pv_block<pv_heads, COLV>(p + h * pstride, pstride, kt, kstride, jn, acc + h * astride, astride);
+    pv_block<pv_heads, COLV>(p + h * phs, phs, pks, kt, kstride, jn, acc + h * astride, astride);
   }
-  for (; h < heads; ++h) pv_block<1, COLV>(p + h * pstride, pstride, kt, kstride, jn, acc + h * astride, astride);
+  for (; h < heads; ++h) pv_block<1, COLV>(p + h * phs, phs, pks, kt, kstride, jn, acc + h * astride, astride);
 }
 
-// acc [heads, dvpad] += P [heads, jn] · V [jn, dvpad] (V = the first dvpad columns of the tile).
-inline void tile_pv(const float* p, index_t pstride, const float* kt, index_t kstride, index_t jn, float* acc,
+// acc [heads, dvpad] += P · V (V = the first dvpad columns of the tile), P's entry for head h and
+// key j at p[h * phs + j * pks].
+inline void tile_pv(const float* p, index_t phs, index_t pks, const float* kt, index_t kstride, index_t jn, float* acc,
                     index_t astride, index_t heads, index_t dvpad) {
   index_t c = 0;
   // Columns outer, heads inner: the tile's V slice (jn x 64 floats) stays in L1 over the heads.
-  for (; c + pv_colv * lanes <= dvpad; c += pv_colv * lanes) pv_cols<pv_colv>(p, pstride, kt + c, kstride, jn, acc + c, astride, heads);
-  for (; c < dvpad; c += lanes) pv_cols<1>(p, pstride, kt + c, kstride, jn, acc + c, astride, heads);
+  for (; c + pv_colv * lanes <= dvpad; c += pv_colv * lanes) pv_cols<pv_colv>(p, phs, pks, kt + c, kstride, jn, acc + c, astride, heads);
+  for (; c < dvpad; c += lanes) pv_cols<1>(p, phs, pks, kt + c, kstride, jn, acc + c, astride, heads);
 }
 
 
