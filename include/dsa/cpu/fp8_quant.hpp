@@ -267,10 +267,16 @@ void fp8_dequant_range(const fp8_e4m3* q, index_t len, float s, T* y, const floa
 #elif DSA_CPU_HAS_AVX2
   const __m256 sv = _mm256_set1_ps(s);
   const bool nan_scale = (detail::float_bits(s) & 0x7FFFFFFFu) > 0x7F800000u;  // as above
-  for (; !nan_scale && i + 8 <= len; i += 8) {
-    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i)));
-    avx2_store8(y + i, _mm256_mul_ps(fp8_quant_decode8(c), sv));
+  auto values8 = [&](const fp8_e4m3* c) {
+    return _mm256_mul_ps(fp8_quant_decode8(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)))), sv);
+  };
+  if constexpr (std::is_same_v<T, bf16>) {
+    // Two registers per narrowing: one pack and one permute for 16 values.
+    for (; !nan_scale && i + 16 <= len; i += 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), avx2_narrow16(values8(q + i), values8(q + i + 8)));
+    }
   }
+  for (; !nan_scale && i + 8 <= len; i += 8) avx2_store8(y + i, values8(q + i));
 #endif
   for (; i < len; ++i) y[i] = from_float<T>(values[q[i].bits] * s);
 }
