@@ -5,7 +5,7 @@
 #                             [--parallel "1 4 8 16"]
 #                             [--reps 1] [--model DIR] [--outtype q8_0|bf16|f16|f32]
 #                             [--llama-cpp-python-version X.Y.Z] [--dsa-ref REF | --dsa-run PATH]
-#                             [--dsa-fp8-dot exact|fp32]
+#                             [--dsa-fp8-dot exact|fp32] [--isa native|x86-64-v3]
 #                             [--timeout S] [--nice N] [--max-busy F] [--max-wait S]
 #                             [--llama-tool llama-batched-bench|llama-bench]
 #                             [--publish] [--report-only]
@@ -16,8 +16,11 @@
 #      (pip download --no-binary :all: --no-deps llama-cpp-python), unpacks it and checks that
 #      its vendored llama.cpp (vendor/llama.cpp) knows DeepseekV32ForCausalLM;
 #   2. builds only llama-batched-bench and llama-bench from it (Release, -DGGML_NATIVE=ON,
-#      no CURL/OpenSSL);
-#   3. builds dsa_run and dsa_make_tiny_model (Release, DSA_NATIVE=ON) from this checkout's
+#      no CURL/OpenSSL; with --isa x86-64-v3 GGML_NATIVE=OFF and AVX, AVX2, FMA, F16C, BMI2 on,
+#      llama.cpp's AVX2 build, in a build directory of its own);
+#   3. builds dsa_run and dsa_make_tiny_model (Release, DSA_NATIVE=ON; with --isa x86-64-v3
+#      -march=x86-64-v3 and DSA_CPU_DISPATCH=OFF, so that an AVX-512 host runs the AVX2 kernels
+#      of both engines) from this checkout's
 #      working tree, or with --dsa-ref REF from `git archive REF` (a commit, unaffected by edits
 #      in progress), unless --dsa-run names a binary; --dsa-fp8-dot picks dsa_run's FP8 block
 #      dot (exact, its default, or the fast fp32 one);
@@ -38,8 +41,9 @@
 #      (its -d prefill is untimed but costs as much again). --parallel "1 4 8 16" runs B
 #      sequences at once for each B, each with its own prompt of L tokens: dsa_run --batch B
 #      against llama-batched-bench -npl B (aggregate tokens/s of both). It prints one table
-#      and writes $OUT/results.json and $OUT/compare_llamacpp.png (--publish also copies them
-#      to docs/img/compare_llamacpp.{json,png}). Before each timed process it waits up to
+#      and writes $OUT/results.json and $OUT/compare_llamacpp.png (results-x86-64-v3.json and
+#      compare_llamacpp-x86-64-v3.png with --isa x86-64-v3; --publish also copies them to
+#      docs/img/). Before each timed process it waits up to
 #      --max-wait s (300) until at most --max-busy (0.3) of the CPUs are busy; --nice N runs
 #      both engines under nice -n N, each in a session of its own with autogroup nice N
 #      (N < 0 as root: less disturbance on a shared machine; with autogroup scheduling a plain
@@ -74,6 +78,7 @@ MAX_WAIT=""
 LLAMA_TOOL="llama-batched-bench"
 DSA_FP8_DOT="exact"
 PARALLEL="1"
+ISA="native"
 PUBLISH=0
 REPORT_ONLY=0
 
@@ -96,12 +101,24 @@ while [[ $# -gt 0 ]]; do
     --max-busy) MAX_BUSY="$2"; shift 2 ;;
     --max-wait) MAX_WAIT="$2"; shift 2 ;;
     --llama-tool) LLAMA_TOOL="$2"; shift 2 ;;
+    --isa) ISA="$2"; shift 2 ;;
     --publish) PUBLISH=1; shift ;;
     --report-only) REPORT_ONLY=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+
+case "$ISA" in
+  native) ISA_SUFFIX=""; LLAMA_ISA_FLAGS=(-DGGML_NATIVE=ON); DSA_ISA_FLAGS=(-DDSA_NATIVE=ON) ;;
+  x86-64-v3)
+    ISA_SUFFIX="-x86-64-v3"
+    LLAMA_ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+    DSA_ISA_FLAGS=(-DDSA_NATIVE=OFF -DDSA_CPU_DISPATCH=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3) ;;
+  *) echo "--isa $ISA: expected native or x86-64-v3" >&2; exit 2 ;;
+esac
+RESULTS="results$ISA_SUFFIX.json"
+PLOT="compare_llamacpp$ISA_SUFFIX.png"
 
 say() { printf '\n=== %s\n' "$*" >&2; }
 die() { printf 'compare_llamacpp: %s\n' "$*" >&2; exit 1; }
@@ -112,9 +129,9 @@ VENV="$OUT/venv"
 VPY="$VENV/bin/python"
 
 if [[ $REPORT_ONLY == 1 ]]; then
-  [[ -f "$OUT/results.json" ]] || die "no $OUT/results.json yet"
+  [[ -f "$OUT/$RESULTS" ]] || die "no $OUT/$RESULTS yet"
   py="$PYTHON"; [[ -x "$VPY" ]] && py="$VPY"
-  exec "$py" "$ROOT/bench/compare_llamacpp.py" --report "$OUT/results.json" --plot "$OUT/compare_llamacpp.png"
+  exec "$py" "$ROOT/bench/compare_llamacpp.py" --report "$OUT/$RESULTS" --plot "$OUT/$PLOT"
 fi
 
 for tool in cmake "$PYTHON" tar nice; do command -v "$tool" >/dev/null || die "needs $tool"; done
@@ -147,13 +164,13 @@ fi
 echo "llama-cpp-python $LCP_VER: $LLAMA" >&2
 
 # --- 2. llama.cpp's benchmarks ---------------------------------------------------------------
-say "2/7 llama-batched-bench and llama-bench (Release, GGML_NATIVE=ON)"
-LBUILD="$OUT/llama-build-$LCP_VER"
+say "2/7 llama-batched-bench and llama-bench (Release, ${LLAMA_ISA_FLAGS[*]})"
+LBUILD="$OUT/llama-build-$LCP_VER$ISA_SUFFIX"
 LLAMA_BENCH="$LBUILD/bin/llama-bench"
 LLAMA_BATCHED_BENCH="$LBUILD/bin/llama-batched-bench"
 if [[ ! -x "$LLAMA_BENCH" || ! -x "$LLAMA_BATCHED_BENCH" ]]; then
   if [[ ! -f "$LBUILD/CMakeCache.txt" ]]; then
-    quiet_nice cmake -S "$LLAMA" -B "$LBUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    quiet_nice cmake -S "$LLAMA" -B "$LBUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${LLAMA_ISA_FLAGS[@]}" \
       -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON >"$OUT/logs/llama-cmake.log" 2>&1 ||
       { tail -n 30 "$OUT/logs/llama-cmake.log" >&2; die "configuring llama.cpp failed"; }
@@ -168,12 +185,12 @@ echo "$LLAMA_BATCHED_BENCH, $LLAMA_BENCH (llama.cpp ${LLAMA_COMMIT:-commit unkno
 # --- 3. dsa_run -------------------------------------------------------------------------------
 say "3/7 dsa_run and dsa_make_tiny_model"
 DSRC="$ROOT"
-DBUILD="$OUT/dsa-build"
+DBUILD="$OUT/dsa-build$ISA_SUFFIX"
 DSA_DESC="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if [[ -n "$DSA_REF" ]]; then
   sha="$(git -C "$ROOT" rev-parse --short "$DSA_REF^{commit}")" || die "--dsa-ref $DSA_REF: no such commit"
   DSRC="$OUT/dsa-src-$sha"
-  DBUILD="$OUT/dsa-build-$sha"
+  DBUILD="$OUT/dsa-build-$sha$ISA_SUFFIX"
   DSA_DESC="$sha ($DSA_REF)"
   if [[ ! -f "$DSRC/CMakeLists.txt" ]]; then
     rm -rf "$DSRC.tmp" && mkdir -p "$DSRC.tmp"
@@ -185,7 +202,7 @@ fi
 MAKE_MODEL="$DBUILD/tools/dsa_make_tiny_model"
 if [[ -z "$DSA_RUN" ]]; then
   DSA_RUN="$DBUILD/tools/dsa_run"
-  quiet_nice cmake -S "$DSRC" -B "$DBUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DDSA_NATIVE=ON \
+  quiet_nice cmake -S "$DSRC" -B "$DBUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${DSA_ISA_FLAGS[@]}" \
     -DDSA_BUILD_TESTS=OFF -DDSA_BUILD_EXAMPLES=OFF -DDSA_BUILD_BENCH=OFF -DDSA_INSTALL=OFF \
     -DDSA_WERROR=OFF >"$OUT/logs/dsa-cmake.log" 2>&1 ||
     { tail -n 30 "$OUT/logs/dsa-cmake.log" >&2; die "configuring dsa failed"; }
@@ -271,13 +288,13 @@ extra=()
   --llama-tool "$LLAMA_TOOL" --model "$MODEL" --gguf "$GGUF" \
   --contexts "$CONTEXTS" --threads "$THREADS" --parallel "$PARALLEL" --n-gen "$N_GEN" --reps "$REPS" "${extra[@]}" \
   --meta "llama_cpp_python_version=$LCP_VER" --meta "llama_cpp_version=${LLAMA_COMMIT:-commit unknown}" \
-  --meta "gguf_type=$OUTTYPE" \
+  --meta "gguf_type=$OUTTYPE" --meta "isa=$ISA" \
   --meta "dsa_version=$DSA_DESC" \
-  --json "$OUT/results.json" --plot "$OUT/compare_llamacpp.png"
+  --json "$OUT/$RESULTS" --plot "$OUT/$PLOT"
 
 if [[ $PUBLISH == 1 ]]; then
   mkdir -p "$ROOT/docs/img"
-  cp "$OUT/results.json" "$ROOT/docs/img/compare_llamacpp.json"
-  [[ -f "$OUT/compare_llamacpp.png" ]] && cp "$OUT/compare_llamacpp.png" "$ROOT/docs/img/compare_llamacpp.png"
+  cp "$OUT/$RESULTS" "$ROOT/docs/img/compare_llamacpp$ISA_SUFFIX.json"
+  [[ -f "$OUT/$PLOT" ]] && cp "$OUT/$PLOT" "$ROOT/docs/img/$PLOT"
   echo "copied to docs/img/compare_llamacpp.{json,png}" >&2
 fi
