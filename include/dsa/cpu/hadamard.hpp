@@ -17,8 +17,9 @@
 // which takes 32 consecutive floats at a time so that bf16 narrows two registers per instruction
 // (AVX512-BF16). n = 128 rows never leave the registers. bf16 outputs larger than the
 // last-level cache go around it in that last step (cpu/arch/streaming_stores.hpp), on rows that
-// start on a 64-byte boundary. With AVX2 + FMA (x86-64-v3) the same path runs on 8-lane
-// registers from n = 8, in 64-float blocks (16 ymm registers hold one group of 8).
+// start on a 64-byte boundary. With AVX2 + FMA (x86-64-v3) the same code runs on 8-lane
+// registers from n = 8, in 64-float blocks: it is written once over hadamard_vec, the few vector
+// operations each instruction set provides.
 #pragma once
 
 #include <algorithm>
@@ -40,53 +41,123 @@
 
 DSA_NAMESPACE_BEGIN
 
-#if DSA_CPU_HAS_AVX512
+#if DSA_CPU_HAS_AVX512 || (DSA_CPU_HAS_AVX2 && DSA_CPU_HAS_FMA)
+#define DSA_HADAMARD_SIMD_ROWS 1
 namespace cpu_detail {
 
-// Stride H (1, 2, 4 or 8) within one register: lane j pairs with lane j ^ H; the lower lane gets
-// x_j + x_(j+H), the upper one x_(j-H) - x_j. For finite and infinite inputs this gives the
-// scalar butterfly's bits (every NaN it can create is the default NaN); which of two NaN inputs
-// an FMA propagates differs from a + b, so rows holding a NaN take the scalar loops (see
-// hadamard_row_simd).
-template <int H>
-DSA_FORCEINLINE __m512 hadamard_lane_stage(__m512 x) {
-  __m512 partner;
-  if constexpr (H == 1) {
-    partner = _mm512_permute_ps(x, 0xB1);  // [1, 0, 3, 2] in each 128-bit lane
-  } else if constexpr (H == 2) {
-    partner = _mm512_permute_ps(x, 0x4E);  // [2, 3, 0, 1]
-  } else if constexpr (H == 4) {
-    partner = _mm512_shuffle_f32x4(x, x, 0xB1);  // 128-bit lanes [1, 0, 3, 2]
-  } else {
-    partner = _mm512_shuffle_f32x4(x, x, 0x4E);  // 256-bit halves swapped
+// The register path's vector operations, per instruction set: `reg` holds `lanes` fp32 values;
+// `groups` registers of consecutive values are narrowed and stored together (AVX-512: 32 bf16
+// per instruction with AVX512-BF16; AVX2: one register at a time, as its 16 ymm registers hold
+// one group of 8 and the constants). `lane_stages` runs the strides inside one register: lane j
+// pairs with lane j ^ H; the lower lane gets x_j + x_(j+H), the upper one x_(j-H) - x_j, as
+// partner + (+-1) * x, one FMA whose product by +-1 is exact, so it rounds exactly like the add
+// or subtract it replaces. For finite and infinite inputs this gives the scalar butterfly's bits
+// (every NaN it can create is the default NaN); which of two NaN inputs an FMA propagates
+// differs from a + b, so rows holding a NaN take the scalar loops (see hadamard_row_simd).
+#if DSA_CPU_HAS_AVX512
+struct hadamard_vec {
+  using reg = __m512;
+  static constexpr int lanes = 16;
+  static constexpr int groups = 2;
+  DSA_FORCEINLINE static reg set1(float v) { return _mm512_set1_ps(v); }
+  DSA_FORCEINLINE static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+  DSA_FORCEINLINE static reg sub(reg a, reg b) { return _mm512_sub_ps(a, b); }
+  DSA_FORCEINLINE static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
+  DSA_FORCEINLINE static reg loadu(const float* p) { return _mm512_loadu_ps(p); }
+  DSA_FORCEINLINE static void storeu(float* p, reg v) { _mm512_storeu_ps(p, v); }
+  template <class T>
+  DSA_FORCEINLINE static reg load(const T* x) { return avx512_load16(x); }
+  DSA_FORCEINLINE static int nan_lanes(reg v) { return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q); }
+  template <int H>
+  DSA_FORCEINLINE static reg lane_stage(reg x) {
+    reg partner;
+    if constexpr (H == 1) {
+      partner = _mm512_permute_ps(x, 0xB1);  // [1, 0, 3, 2] in each 128-bit lane
+    } else if constexpr (H == 2) {
+      partner = _mm512_permute_ps(x, 0x4E);  // [2, 3, 0, 1]
+    } else if constexpr (H == 4) {
+      partner = _mm512_shuffle_f32x4(x, x, 0xB1);  // 128-bit lanes [1, 0, 3, 2]
+    } else {
+      partner = _mm512_shuffle_f32x4(x, x, 0x4E);  // 256-bit halves swapped
+    }
+    const __mmask16 upper = static_cast<__mmask16>(H == 1 ? 0xAAAA : H == 2 ? 0xCCCC : H == 4 ? 0xF0F0 : 0xFF00);
+    const reg sign = _mm512_mask_blend_ps(upper, _mm512_set1_ps(1.0f), _mm512_set1_ps(-1.0f));
+    return _mm512_fmadd_ps(sign, x, partner);
   }
-  // Lanes with (j & H) set are the upper elements of their pairs: partner + (+-1) * x, one FMA
-  // whose product by +-1 is exact, so it rounds exactly like the add or subtract it replaces.
-  const __mmask16 upper = static_cast<__mmask16>(H == 1 ? 0xAAAA : H == 2 ? 0xCCCC : H == 4 ? 0xF0F0 : 0xFF00);
-  const __m512 sign = _mm512_mask_blend_ps(upper, _mm512_set1_ps(1.0f), _mm512_set1_ps(-1.0f));
-  return _mm512_fmadd_ps(sign, x, partner);
-}
+  DSA_FORCEINLINE static reg lane_stages(reg x) { return lane_stage<8>(lane_stage<4>(lane_stage<2>(lane_stage<1>(x)))); }
+  // y[0, lanes) = v, narrowed for bf16.
+  template <class T>
+  DSA_FORCEINLINE static void store1(T* y, reg v) { avx512_store16(y, v); }
+  // y[0, groups * lanes) = v[0 .. groups), narrowed for bf16; streaming stores if Stream (bf16
+  // only, y 64-byte aligned).
+  template <bool Stream, class T>
+  DSA_FORCEINLINE static void store_groups(T* y, const reg (&v)[groups]) {
+    if constexpr (Stream) {
+      avx512_stream32(y, v[0], v[1]);
+    } else {
+      avx512_store32(y, v[0], v[1]);
+    }
+  }
+};
+#else
+struct hadamard_vec {
+  using reg = __m256;
+  static constexpr int lanes = 8;
+  static constexpr int groups = 1;
+  DSA_FORCEINLINE static reg set1(float v) { return _mm256_set1_ps(v); }
+  DSA_FORCEINLINE static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  DSA_FORCEINLINE static reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
+  DSA_FORCEINLINE static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
+  DSA_FORCEINLINE static reg loadu(const float* p) { return _mm256_loadu_ps(p); }
+  DSA_FORCEINLINE static void storeu(float* p, reg v) { _mm256_storeu_ps(p, v); }
+  template <class T>
+  DSA_FORCEINLINE static reg load(const T* x) { return avx2_load8(x); }
+  DSA_FORCEINLINE static int nan_lanes(reg v) { return avx2_nan_lanes(v); }
+  template <int H>
+  DSA_FORCEINLINE static reg lane_stage(reg x) {
+    reg partner, sign;
+    if constexpr (H == 1) {
+      partner = _mm256_permute_ps(x, 0xB1);  // [1, 0, 3, 2] in each 128-bit half
+      sign = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
+    } else if constexpr (H == 2) {
+      partner = _mm256_permute_ps(x, 0x4E);  // [2, 3, 0, 1]
+      sign = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
+    } else {
+      partner = _mm256_permute2f128_ps(x, x, 0x01);  // halves swapped
+      sign = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
+    }
+    return _mm256_fmadd_ps(sign, x, partner);
+  }
+  DSA_FORCEINLINE static reg lane_stages(reg x) { return lane_stage<4>(lane_stage<2>(lane_stage<1>(x))); }
+  template <class T>
+  DSA_FORCEINLINE static void store1(T* y, reg v) { avx2_store8(y, v); }
+  template <bool Stream, class T>
+  DSA_FORCEINLINE static void store_groups(T* y, const reg (&v)[groups]) {
+    if constexpr (Stream) {
+      avx2_stream8(y, v[0]);
+    } else {
+      avx2_store8(y, v[0]);
+    }
+  }
+};
+#endif
+using hadamard_reg = hadamard_vec::reg;
+inline constexpr index_t hadamard_lanes = hadamard_vec::lanes;
+// Rows of at least this many floats take hadamard_row_simd.
+inline constexpr index_t hadamard_simd_min_n = hadamard_lanes;
 
-// Strides 1, 2, 4, 8 of one 16-float register, in that order.
-DSA_FORCEINLINE __m512 hadamard_stages16(__m512 x) {
-  x = hadamard_lane_stage<1>(x);
-  x = hadamard_lane_stage<2>(x);
-  x = hadamard_lane_stage<4>(x);
-  return hadamard_lane_stage<8>(x);
-}
-
-// The butterfly between two registers (same lanes, stride a multiple of 16).
-DSA_FORCEINLINE void hadamard_pair(__m512& a, __m512& b) {
-  const __m512 u = a, v = b;
-  a = _mm512_add_ps(u, v);
-  b = _mm512_sub_ps(u, v);
+// The butterfly between two registers (same lanes, stride a multiple of the lanes).
+DSA_FORCEINLINE void hadamard_pair(hadamard_reg& a, hadamard_reg& b) {
+  const hadamard_reg u = a, v = b;
+  a = hadamard_vec::add(u, v);
+  b = hadamard_vec::sub(u, v);
 }
 
 // Butterflies between registers g apart within each group of 2g, for R registers (R, g powers
 // of two). The loops have constant trip counts and are fully unrolled, so that `r` stays in
 // registers.
 template <int R, int G>
-DSA_FORCEINLINE void hadamard_register_stage(__m512 (&r)[8]) {
+DSA_FORCEINLINE void hadamard_register_stage(hadamard_reg (&r)[8]) {
 #pragma GCC unroll 8
   for (int i = 0; i < R; i += 2 * G) {
 #pragma GCC unroll 8
@@ -94,120 +165,120 @@ DSA_FORCEINLINE void hadamard_register_stage(__m512 (&r)[8]) {
   }
 }
 
-// Strides 1 .. 16 * R / 2 on R registers holding 16 * R consecutive floats (R = 1, 2, 4, 8).
+// Strides 1 .. lanes * R / 2 on R registers holding lanes * R consecutive floats (R = 1, 2, 4, 8).
 template <int R>
-DSA_FORCEINLINE void hadamard_block(__m512 (&r)[8]) {
+DSA_FORCEINLINE void hadamard_block(hadamard_reg (&r)[8]) {
 #pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) r[i] = hadamard_stages16(r[i]);
+  for (int i = 0; i < R; ++i) r[i] = hadamard_vec::lane_stages(r[i]);
   if constexpr (R >= 2) hadamard_register_stage<R, 1>(r);
   if constexpr (R >= 4) hadamard_register_stage<R, 2>(r);
   if constexpr (R >= 8) hadamard_register_stage<R, 4>(r);
 }
 
-// The lanes of v that hold a NaN.
-DSA_FORCEINLINE __mmask16 hadamard_nan_lanes(__m512 v) { return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q); }
-
-// A whole row of n = 16 * R <= 128 in registers: widen, butterflies, scale, narrow. Returns
-// false, writing nothing, when the row holds a NaN.
+// A whole row of n = lanes * R in registers: widen, butterflies, scale, narrow. Returns false,
+// writing nothing, when the row holds a NaN.
 template <int R, class T>
-DSA_FORCEINLINE bool hadamard_short_row(const T* x, T* y, __m512 sc) {
-  __m512 r[8];
-  __mmask16 nan = 0;
+DSA_FORCEINLINE bool hadamard_short_row(const T* x, T* y, hadamard_reg sc) {
+  constexpr int G = hadamard_vec::groups;
+  hadamard_reg r[8];
+  int nan = 0;
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
-    r[i] = avx512_load16(x + 16 * i);
-    nan |= hadamard_nan_lanes(r[i]);
+    r[i] = hadamard_vec::load(x + hadamard_lanes * i);
+    nan |= hadamard_vec::nan_lanes(r[i]);
   }
   if (nan != 0) return false;
   hadamard_block<R>(r);
-  if constexpr (R == 1) {
-    avx512_store16(y, _mm512_mul_ps(r[0], sc));
+  if constexpr (R < G) {
+    hadamard_vec::store1(y, hadamard_vec::mul(r[0], sc));
   } else {
-#pragma GCC unroll 4
-    for (int i = 0; i < R; i += 2) avx512_store32(y + 16 * i, _mm512_mul_ps(r[i], sc), _mm512_mul_ps(r[i + 1], sc));
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i += G) {
+      hadamard_reg out[G];
+      for (int g = 0; g < G; ++g) out[g] = hadamard_vec::mul(r[i + g], sc);
+      hadamard_vec::store_groups<false>(y + hadamard_lanes * i, out);
+    }
   }
   return true;
 }
 
-// Strides h, 2h, .. (2^Stages - 1 of them) over the fp32 row s[0, n), h a multiple of 32: each
-// group of 2^Stages registers h apart goes through all of them in registers, two groups (32
-// consecutive floats) at a time, for the ILP and so that the narrowing takes register pairs.
-// The last pass (Last) scales and narrows into y instead of writing s back, with streaming
+// Strides h, 2h, .. (2^Stages - 1 of them) over the fp32 row s[0, n), h a multiple of 8 * lanes:
+// each group of 2^Stages registers h apart goes through all of them in registers, `groups`
+// groups (consecutive floats) at a time, for the ILP and so that the narrowing takes register
+// pairs. The last pass (Last) scales and narrows into y instead of writing s back, with streaming
 // stores if Stream (y then 64-byte aligned).
 template <int Stages, bool Last, bool Stream, class T>
-void hadamard_radix_pass(float* s, index_t n, index_t h, T* y, __m512 sc) {
+void hadamard_radix_pass(float* s, index_t n, index_t h, T* y, hadamard_reg sc) {
   constexpr int R = 1 << Stages;
-  __m512 lo[8], hi[8];
+  constexpr int G = hadamard_vec::groups;
+  constexpr index_t L = hadamard_lanes;
+  hadamard_reg r[G][8];
   for (index_t base = 0; base < n; base += h * R) {
-    for (index_t j = base; j < base + h; j += 32) {
+    for (index_t j = base; j < base + h; j += G * L) {
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
-        lo[i] = _mm512_loadu_ps(s + j + i * h);
-        hi[i] = _mm512_loadu_ps(s + j + 16 + i * h);
+        for (int g = 0; g < G; ++g) r[g][i] = hadamard_vec::loadu(s + j + g * L + i * h);
       }
-      hadamard_register_stage<R, 1>(lo);
-      hadamard_register_stage<R, 1>(hi);
-      if constexpr (R >= 4) {
-        hadamard_register_stage<R, 2>(lo);
-        hadamard_register_stage<R, 2>(hi);
-      }
-      if constexpr (R >= 8) {
-        hadamard_register_stage<R, 4>(lo);
-        hadamard_register_stage<R, 4>(hi);
+      for (int g = 0; g < G; ++g) {
+        hadamard_register_stage<R, 1>(r[g]);
+        if constexpr (R >= 4) hadamard_register_stage<R, 2>(r[g]);
+        if constexpr (R >= 8) hadamard_register_stage<R, 4>(r[g]);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
-        if constexpr (Last && Stream) {
-          avx512_stream32(y + j + i * h, _mm512_mul_ps(lo[i], sc), _mm512_mul_ps(hi[i], sc));
-        } else if constexpr (Last) {
-          avx512_store32(y + j + i * h, _mm512_mul_ps(lo[i], sc), _mm512_mul_ps(hi[i], sc));
+        if constexpr (Last) {
+          hadamard_reg out[G];
+          for (int g = 0; g < G; ++g) out[g] = hadamard_vec::mul(r[g][i], sc);
+          hadamard_vec::store_groups<Stream>(y + j + i * h, out);
         } else {
-          avx512_store32(s + j + i * h, lo[i], hi[i]);
+          for (int g = 0; g < G; ++g) hadamard_vec::storeu(s + j + g * L + i * h, r[g][i]);
         }
       }
     }
   }
 }
 
-// One row of a power-of-two size n >= 16 (n <= 128 never touches `s`; longer rows use s[0, n)
-// as their fp32 row; it may be y, never x). Returns false when the row holds a NaN, having
-// written at most `s`: the caller then runs the scalar loops, so that NaN payloads propagate
-// exactly as they always have. Stream: rows longer than 128 write y with streaming stores
-// (cpu/arch/streaming_stores.hpp; y then 64-byte aligned and not `s`).
+// One row of a power-of-two size n >= lanes (n <= 8 * lanes never touches `s`; longer rows use
+// s[0, n) as their fp32 row; it may be y, never x). Returns false when the row holds a NaN,
+// having written at most `s`: the caller then runs the scalar loops, so that NaN payloads
+// propagate exactly as they always have. Stream: rows longer than 8 * lanes write y with
+// streaming stores (cpu/arch/streaming_stores.hpp; y then 64-byte aligned and not `s`).
 template <bool Stream, class T>
 bool hadamard_row_simd(const T* x, T* y, index_t n, float scale, float* s) {
-  const __m512 sc = _mm512_set1_ps(scale);
+  constexpr index_t L = hadamard_lanes;
+  const hadamard_reg sc = hadamard_vec::set1(scale);
   switch (n) {
-    case 16: return hadamard_short_row<1>(x, y, sc);
-    case 32: return hadamard_short_row<2>(x, y, sc);
-    case 64: return hadamard_short_row<4>(x, y, sc);
-    case 128: return hadamard_short_row<8>(x, y, sc);
+    case L: return hadamard_short_row<1>(x, y, sc);
+    case 2 * L: return hadamard_short_row<2>(x, y, sc);
+    case 4 * L: return hadamard_short_row<4>(x, y, sc);
+    case 8 * L: return hadamard_short_row<8>(x, y, sc);
     default: break;
   }
-  // Strides 1 .. 64 per 128-float block, widened on the way in.
-  __m512 r[8];
-  __mmask16 nan = 0;
-  constexpr int block_bytes = 128 * sizeof(T);
-  for (index_t b = 0; b < n; b += 128) {
-    // Measured on n = 4096, 1 thread (docs/performance.md): reading bf16 x 4 KB ahead (later in
-    // the row, then the next row's start) and fetching the output row for writing (the last pass
-    // writes it in 2^k streams far apart) make bf16 1.3x faster, the write alone fp32 1.1x; a
-    // read prefetch made fp32 slower at every distance tried (1-16 KB).
+  // Strides 1 .. 4 * lanes per block of 8 registers, widened on the way in.
+  hadamard_reg r[8];
+  int nan = 0;
+  constexpr index_t block = 8 * L;
+  constexpr int block_bytes = static_cast<int>(block * sizeof(T));
+  for (index_t b = 0; b < n; b += block) {
+    // Measured with AVX-512 on n = 4096, 1 thread (docs/performance.md): reading bf16 x 4 KB
+    // ahead (later in the row, then the next row's start) and fetching the output row for
+    // writing (the last pass writes it in 2^k streams far apart) make bf16 1.3x faster, the
+    // write alone fp32 1.1x; a read prefetch made fp32 slower at every distance tried (1-16 KB).
     if constexpr (std::is_same_v<T, bf16>) prefetch_read(prefetch_address(x + b, 4096), block_bytes);
     if constexpr (!Stream) prefetch_write(y + b, block_bytes);
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
-      r[i] = avx512_load16(x + b + 16 * i);
-      nan |= hadamard_nan_lanes(r[i]);
+      r[i] = hadamard_vec::load(x + b + L * i);
+      nan |= hadamard_vec::nan_lanes(r[i]);
     }
     hadamard_block<8>(r);
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) _mm512_storeu_ps(s + b + 16 * i, r[i]);
+    for (int i = 0; i < 8; ++i) hadamard_vec::storeu(s + b + L * i, r[i]);
   }
   if (nan != 0) return false;
-  // Strides 128 and up: radix-8 passes while three or more stages are left, then one radix-4
-  // or radix-2 pass, which scales and narrows.
-  index_t h = 128;
+  // Strides 8 * lanes and up: radix-8 passes while three or more stages are left, then one
+  // radix-8, -4 or -2 pass, which scales and narrows.
+  index_t h = block;
   for (;;) {
     const index_t left = n / h;  // 2^(stages left)
     if (left <= 8) {
@@ -221,162 +292,7 @@ bool hadamard_row_simd(const T* x, T* y, index_t n, float scale, float* s) {
   }
 }
 
-// Rows of at least this many floats take hadamard_row_simd.
-inline constexpr index_t hadamard_simd_min_n = 16;
-
 }  // namespace cpu_detail
-#define DSA_HADAMARD_SIMD_ROWS 1
-
-#elif DSA_CPU_HAS_AVX2 && DSA_CPU_HAS_FMA
-namespace cpu_detail {
-
-// The AVX-512 path above on the 8 lanes of a ymm register (x86-64-v3), with the same operations
-// in the same order: strides 1, 2, 4 within a register (a permute and one FMA by +-1, exact),
-// strides 8, 16, 32 between the 8 registers of a 64-float block, then radix-8 passes over the
-// fp32 row from stride 64, the last one scaling and narrowing. One group of 8 registers at a
-// time, where AVX-512 takes two of 8: AVX2 has 16 ymm registers, and the constants need some.
-template <int H>
-DSA_FORCEINLINE __m256 hadamard_lane_stage(__m256 x) {
-  __m256 partner, sign;
-  if constexpr (H == 1) {
-    partner = _mm256_permute_ps(x, 0xB1);  // [1, 0, 3, 2] in each 128-bit half
-    sign = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
-  } else if constexpr (H == 2) {
-    partner = _mm256_permute_ps(x, 0x4E);  // [2, 3, 0, 1]
-    sign = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
-  } else {
-    partner = _mm256_permute2f128_ps(x, x, 0x01);  // halves swapped
-    sign = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
-  }
-  // Upper elements of their pairs: partner - x; lower ones: x + partner (see the AVX-512 path).
-  return _mm256_fmadd_ps(sign, x, partner);
-}
-
-// Strides 1, 2, 4 of one 8-float register, in that order.
-DSA_FORCEINLINE __m256 hadamard_stages8(__m256 x) {
-  x = hadamard_lane_stage<1>(x);
-  x = hadamard_lane_stage<2>(x);
-  return hadamard_lane_stage<4>(x);
-}
-
-// The butterfly between two registers (same lanes, stride a multiple of 8).
-DSA_FORCEINLINE void hadamard_pair(__m256& a, __m256& b) {
-  const __m256 u = a, v = b;
-  a = _mm256_add_ps(u, v);
-  b = _mm256_sub_ps(u, v);
-}
-
-// Butterflies between registers g apart within each group of 2g, for R registers.
-template <int R, int G>
-DSA_FORCEINLINE void hadamard_register_stage(__m256 (&r)[8]) {
-#pragma GCC unroll 8
-  for (int i = 0; i < R; i += 2 * G) {
-#pragma GCC unroll 8
-    for (int j = i; j < i + G; ++j) hadamard_pair(r[j], r[j + G]);
-  }
-}
-
-// Strides 1 .. 8 * R / 2 on R registers holding 8 * R consecutive floats (R = 1, 2, 4, 8).
-template <int R>
-DSA_FORCEINLINE void hadamard_block(__m256 (&r)[8]) {
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) r[i] = hadamard_stages8(r[i]);
-  if constexpr (R >= 2) hadamard_register_stage<R, 1>(r);
-  if constexpr (R >= 4) hadamard_register_stage<R, 2>(r);
-  if constexpr (R >= 8) hadamard_register_stage<R, 4>(r);
-}
-
-// A whole row of n = 8 * R <= 64 in registers. Returns false, writing nothing, when the row
-// holds a NaN.
-template <int R, class T>
-DSA_FORCEINLINE bool hadamard_short_row(const T* x, T* y, __m256 sc) {
-  __m256 r[8];
-  int nan = 0;
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) {
-    r[i] = avx2_load8(x + 8 * i);
-    nan |= avx2_nan_lanes(r[i]);
-  }
-  if (nan != 0) return false;
-  hadamard_block<R>(r);
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) avx2_store8(y + 8 * i, _mm256_mul_ps(r[i], sc));
-  return true;
-}
-
-// Strides h, 2h, .. (2^Stages - 1 of them) over the fp32 row s[0, n), h a multiple of 64; the
-// last pass (Last) scales and narrows into y, with streaming stores if Stream (y then 64-byte
-// aligned).
-template <int Stages, bool Last, bool Stream, class T>
-void hadamard_radix_pass(float* s, index_t n, index_t h, T* y, __m256 sc) {
-  constexpr int R = 1 << Stages;
-  __m256 r[8];
-  for (index_t base = 0; base < n; base += h * R) {
-    for (index_t j = base; j < base + h; j += 8) {
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) r[i] = _mm256_loadu_ps(s + j + i * h);
-      hadamard_register_stage<R, 1>(r);
-      if constexpr (R >= 4) hadamard_register_stage<R, 2>(r);
-      if constexpr (R >= 8) hadamard_register_stage<R, 4>(r);
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) {
-        if constexpr (Last && Stream) {
-          avx2_stream8(y + j + i * h, _mm256_mul_ps(r[i], sc));
-        } else if constexpr (Last) {
-          avx2_store8(y + j + i * h, _mm256_mul_ps(r[i], sc));
-        } else {
-          _mm256_storeu_ps(s + j + i * h, r[i]);
-        }
-      }
-    }
-  }
-}
-
-// One row of a power-of-two size n >= 8, as the AVX-512 hadamard_row_simd.
-template <bool Stream, class T>
-bool hadamard_row_simd(const T* x, T* y, index_t n, float scale, float* s) {
-  const __m256 sc = _mm256_set1_ps(scale);
-  switch (n) {
-    case 8: return hadamard_short_row<1>(x, y, sc);
-    case 16: return hadamard_short_row<2>(x, y, sc);
-    case 32: return hadamard_short_row<4>(x, y, sc);
-    case 64: return hadamard_short_row<8>(x, y, sc);
-    default: break;
-  }
-  // Strides 1 .. 32 per 64-float block, widened on the way in.
-  __m256 r[8];
-  int nan = 0;
-  for (index_t b = 0; b < n; b += 64) {
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) {
-      r[i] = avx2_load8(x + b + 8 * i);
-      nan |= avx2_nan_lanes(r[i]);
-    }
-    hadamard_block<8>(r);
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) _mm256_storeu_ps(s + b + 8 * i, r[i]);
-  }
-  if (nan != 0) return false;
-  // Strides 64 and up: radix-8 passes while three or more stages are left, then one radix-8, -4
-  // or -2 pass, which scales and narrows.
-  index_t h = 64;
-  for (;;) {
-    const index_t left = n / h;  // 2^(stages left)
-    if (left <= 8) {
-      if (left == 8) hadamard_radix_pass<3, true, Stream>(s, n, h, y, sc);
-      if (left == 4) hadamard_radix_pass<2, true, Stream>(s, n, h, y, sc);
-      if (left == 2) hadamard_radix_pass<1, true, Stream>(s, n, h, y, sc);
-      return true;
-    }
-    hadamard_radix_pass<3, false, false>(s, n, h, y, sc);
-    h *= 8;
-  }
-}
-
-inline constexpr index_t hadamard_simd_min_n = 8;
-
-}  // namespace cpu_detail
-#define DSA_HADAMARD_SIMD_ROWS 1
 #else
 #define DSA_HADAMARD_SIMD_ROWS 0
 #endif
