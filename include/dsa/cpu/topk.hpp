@@ -115,6 +115,21 @@ DSA_FORCEINLINE __m256i topk_compress8(__m256i v, int m) {
 DSA_FORCEINLINE int topk_lane_mask8(__m256i m) { return _mm256_movemask_ps(_mm256_castsi256_ps(m)); }
 #endif
 
+#if DSA_CPU_HAS_AVX512 || DSA_CPU_HAS_AVX2
+// d[0, 256) = the top digits of the keys of x[0, 256), a vector of keys at a time.
+DSA_FORCEINLINE void topk_digits256(const float* x, std::uint32_t* d) {
+#if DSA_CPU_HAS_AVX512
+  for (int v = 0; v < 256; v += 16) {
+    _mm512_store_si512(static_cast<void*>(d + v), _mm512_srli_epi32(topk_keys16(x + v), topk_cpu_shift0));
+  }
+#else
+  for (int v = 0; v < 256; v += 8) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(d + v), _mm256_srli_epi32(topk_keys8(x + v), topk_cpu_shift0));
+  }
+#endif
+}
+#endif
+
 /// Pass 1 over x[0, len): hist[0, topk_cpu_buckets0) = histogram of the keys' top digit (hist
 /// is overwritten).
 inline void topk_histogram(const float* x, index_t len, std::uint32_t* hist) {
@@ -123,29 +138,12 @@ inline void topk_histogram(const float* x, index_t len, std::uint32_t* hist) {
   alignas(64) std::uint32_t sub[4][topk_cpu_buckets0];
   std::memset(sub, 0, sizeof sub);
   index_t j = 0;
-#if DSA_CPU_HAS_AVX512
+#if DSA_CPU_HAS_AVX512 || DSA_CPU_HAS_AVX2
   // Digits of 256 scores at a time go through a small buffer: the scalar increments then load
   // them from L1 instead of forwarding from the vector stores just issued.
   alignas(64) std::uint32_t d[256];
   for (; j + 256 <= len; j += 256) {
-    for (int v = 0; v < 256; v += 16) {
-      const __m512i key = topk_keys16(x + j + v);
-      _mm512_store_si512(static_cast<void*>(d + v), _mm512_srli_epi32(key, topk_cpu_shift0));
-    }
-    for (int u = 0; u < 256; u += 4) {
-      ++sub[0][d[u]];
-      ++sub[1][d[u + 1]];
-      ++sub[2][d[u + 2]];
-      ++sub[3][d[u + 3]];
-    }
-  }
-#elif DSA_CPU_HAS_AVX2
-  alignas(32) std::uint32_t d[256];
-  for (; j + 256 <= len; j += 256) {
-    for (int v = 0; v < 256; v += 8) {
-      const __m256i key = topk_keys8(x + j + v);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(d + v), _mm256_srli_epi32(key, topk_cpu_shift0));
-    }
+    topk_digits256(x + j, d);
     for (int u = 0; u < 256; u += 4) {
       ++sub[0][d[u]];
       ++sub[1][d[u + 1]];
