@@ -3,8 +3,8 @@
 //
 // With AVX-512 the group loops run 16 elements per instruction: the amax is an unsigned max of
 // the |x| bit patterns (NaN-propagating, as numerics/fp8_quant.hpp defines it), the encode is
-// the branch-free integer form of fp8_quant_encode_clamped lane by lane, and the decode builds
-// each e4m3 value from its code's bits (no table). Every lane performs exactly the scalar
+// the branch-free integer form of fp8_quant_encode_clamped lane by lane, and the decode is the
+// kernels' e4m3 decode (kernels/e4m3_value.hpp: each value built from its code's bits, no table). Every lane performs exactly the scalar
 // operations, so the results are bit-identical to the scalar path (tested over every bf16
 // pattern, special values and random floats, and odd group lengths). With AVX2 (x86-64-v3) the
 // same loops run 8 lanes per instruction, blends in place of the mask registers.
@@ -24,6 +24,7 @@
 #include "dsa/cpu/arch/isa.hpp"
 #include "dsa/cpu/arch/parallel.hpp"
 #include "dsa/cpu/arch/prefetch.hpp"
+#include "dsa/cpu/kernels/e4m3_value.hpp"
 #include "dsa/numerics/fp8_quant.hpp"
 #include "dsa/ops/fp8_quant.hpp"
 
@@ -79,22 +80,6 @@ DSA_FORCEINLINE __m128i fp8_quant_encode16(__m512 v) {
   return _mm512_cvtepi32_epi8(code);
 }
 
-// fp8_e4m3::from_bits(c).to_float() for 16 codes (the low byte of each lane).
-DSA_FORCEINLINE __m512 fp8_quant_decode16(__m512i c) {
-  const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
-  // Normal codes: exponent field + (127 - 7), mantissa shifted into place, in one add.
-  const __m512i normal = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32((127 - 7) << 23));
-  // Subnormal codes (exponent field 0): mantissa * 2^-9, exact.
-  const __m512 sub =
-      _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_castsi512_ps(_mm512_set1_epi32((127 - 9) << 23)));
-  __m512i m = _mm512_mask_mov_epi32(normal, _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(8)), _mm512_castps_si512(sub));
-  m = _mm512_mask_mov_epi32(m, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F)),
-                            _mm512_set1_epi32(0x7FC00000));
-  // The sign: -m flips the sign bit (NaN included), as the scalar negation does.
-  m = _mm512_ternarylogic_epi32(m, _mm512_slli_epi32(c, 24), _mm512_set1_epi32(static_cast<int>(0x80000000u)), 0x78);  // a ^ (b & c)
-  return _mm512_castsi512_ps(m);
-}
-
 #elif DSA_CPU_HAS_AVX2
 // fp8_quant_encode16 on 8 lanes (x86-64-v3): the same integer formulas, with blends for the
 // masks. |v|'s pattern has its sign bit clear, so the signed compares order it as unsigned.
@@ -118,17 +103,6 @@ DSA_FORCEINLINE __m128i fp8_quant_pack16(__m256i lo, __m256i hi) {
   // packus interleaves the 128-bit halves; the permutes restore the order.
   const __m256i words = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi16(words, words), 0x08));
-}
-
-// fp8_quant_decode16 on 8 codes (the low byte of each lane).
-DSA_FORCEINLINE __m256 fp8_quant_decode8(__m256i c) {
-  const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7F));
-  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32((127 - 7) << 23));
-  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_castsi256_ps(_mm256_set1_epi32((127 - 9) << 23)));
-  __m256i m = _mm256_blendv_epi8(normal, _mm256_castps_si256(sub), _mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag));
-  m = _mm256_blendv_epi8(m, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F)));
-  m = _mm256_xor_si256(m, _mm256_and_si256(_mm256_slli_epi32(c, 24), _mm256_set1_epi32(static_cast<int>(0x80000000u))));
-  return _mm256_castsi256_ps(m);
 }
 #endif
 
@@ -261,14 +235,14 @@ void fp8_dequant_range(const fp8_e4m3* q, index_t len, float s, T* y, const floa
   const __m512 sv = _mm512_set1_ps(s);
   const bool nan_scale = (detail::float_bits(s) & 0x7FFFFFFFu) > 0x7F800000u;
   for (; !nan_scale && i + 16 <= len; i += 16) {
-    const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i)));
-    avx512_store16(y + i, _mm512_mul_ps(fp8_quant_decode16(c), sv));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i));
+    avx512_store16(y + i, _mm512_mul_ps(e4m3_values16(c), sv));
   }
 #elif DSA_CPU_HAS_AVX2
   const __m256 sv = _mm256_set1_ps(s);
   const bool nan_scale = (detail::float_bits(s) & 0x7FFFFFFFu) > 0x7F800000u;  // as above
   auto values8 = [&](const fp8_e4m3* c) {
-    return _mm256_mul_ps(fp8_quant_decode8(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)))), sv);
+    return _mm256_mul_ps(e4m3_values8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))), sv);
   };
   if constexpr (std::is_same_v<T, bf16>) {
     // Two registers per narrowing: one pack and one permute for 16 values.

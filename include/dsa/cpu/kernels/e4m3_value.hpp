@@ -48,17 +48,18 @@ DSA_FORCEINLINE __m512 e4m3_values16(__m128i codes) {
   return _mm512_castsi512_ps(_mm512_or_si512(bits, sign));
 }
 #elif DSA_CPU_HAS_AVX2
-/// e4m3_value of 8 codes (the low 8 bytes of `codes`), blends for the masks.
+/// e4m3_value of 8 codes (the low 8 bytes of `codes`), blends for the masks. Subnormal codes as
+/// mantissa x 2^-9, an exact product of normal floats (no assist either): with AVX2 this form
+/// measured 10% faster in act_dequant than the add of e4m3_value.
 DSA_FORCEINLINE __m256 e4m3_values8(__m128i codes) {
   const __m256i b = _mm256_cvtepu8_epi32(codes);
   const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7F));
-  const __m256 f = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23)));
-  const __m256 sub = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag));
-  const __m256 v = _mm256_add_ps(f, _mm256_and_ps(_mm256_sub_ps(f, _mm256_set1_ps(0x1p-6f)), sub));
-  const __m256i nan = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F));
-  const __m256i bits = _mm256_blendv_epi8(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FC00000), nan);
+  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
+  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
+  __m256i m = _mm256_blendv_epi8(normal, _mm256_castps_si256(sub), _mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag));
+  m = _mm256_blendv_epi8(m, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F)));
   const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
-  return _mm256_castsi256_ps(_mm256_or_si256(bits, sign));
+  return _mm256_castsi256_ps(_mm256_or_si256(m, sign));
 }
 #endif
 
