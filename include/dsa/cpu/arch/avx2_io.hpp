@@ -51,9 +51,8 @@ DSA_FORCEINLINE void avx2_store8(bf16* y, __m256 v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(y), avx2_narrow8(v));
 }
 
-/// y[0, 8) = v as one non-temporal store (cpu/arch/streaming_stores.hpp): y 32-byte aligned for
-/// float, 16-byte for bf16.
-DSA_FORCEINLINE void avx2_stream8(float* y, __m256 v) { _mm256_stream_ps(y, v); }
+/// y[0, 8) = v narrowed, as one non-temporal store (cpu/arch/streaming_stores.hpp): y 16-byte
+/// aligned. bf16 only, as avx512_stream32: fp32 rows are not streamed.
 DSA_FORCEINLINE void avx2_stream8(bf16* y, __m256 v) {
   _mm_stream_si128(reinterpret_cast<__m128i*>(y), avx2_narrow8(v));
 }
