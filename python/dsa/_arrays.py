@@ -571,14 +571,19 @@ def ranges_array(op: str, like: Any, m: int, n: int, causal: bool) -> Any:
     if n > INT32_MAX or m > INT32_MAX:  # int32 ranges could not hold them: never wrap silently
         fail(op, "ranges", f"None for (m, n) = ({m}, {n})",
              "given ranges, or m and n <= 2^31 - 1 (ranges are int32)")
+    if is_torch(like):  # made on the device by torch: no host copy (capturable in a CUDA graph)
+        torch = _torch()
+        r = _allocate(op, "ranges", (m, 2), 4, lambda: torch.zeros((m, 2), dtype=torch.int32, device=like.device))
+        if causal:
+            r[:, 1] = torch.arange(n - m + 1, n + 1, dtype=torch.int64, device=like.device).clamp_(0, n)
+        else:
+            r[:, 1] = n
+        return r
     r = _allocate(op, "ranges", (m, 2), 4, lambda: np.zeros((m, 2), dtype=np.int32))
     if causal:
         r[:, 1] = np.clip(np.arange(n - m + 1, n + 1, dtype=np.int64), 0, n)
     else:
         r[:, 1] = n
-    if is_torch(like):
-        torch = _torch()
-        return torch.from_numpy(r).to(like.device)
     return r
 
 

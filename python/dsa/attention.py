@@ -6,10 +6,12 @@ from typing import Any, Optional
 
 from . import _arrays as A
 from . import _core
+from ._torch_ops import torch_op
 
 _MAX_SPLITS = int(_core.sparse_mla_max_splits)
 
 
+@torch_op
 def sparse_mla_attention(q: Any, kv: Any, indices: Any, softmax_scale: float, *, d_v: int = 512,
                          out_dtype: Any = "float32", return_probs: bool = False, num_splits: int = 1,
                          out: Any = None, threads: Optional[int] = None, stream: Any = None,
@@ -62,6 +64,7 @@ def sparse_mla_attention(q: Any, kv: Any, indices: Any, softmax_scale: float, *,
     return (o, lse, probs) if return_probs else (o, lse)
 
 
+@torch_op
 def sparse_mha_attention(q: Any, k_nope: Any, k_rope: Any, v: Any, indices: Any, softmax_scale: float, *,
                          rounding: str = "bf16", return_lse: bool = False, out: Any = None,
                          threads: Optional[int] = None, stream: Any = None):

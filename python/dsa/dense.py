@@ -7,8 +7,10 @@ from typing import Any, Optional
 
 from . import _arrays as A
 from . import _core
+from ._torch_ops import torch_op
 
 
+@torch_op
 def fp8_linear(x: Any, w: Any, w_scale: Any, *, act_format: str = "ue8m0", out_dtype: Any = "bfloat16",
                out: Any = None, threads: Optional[int] = None, stream: Any = None) -> Any:
     """DeepSeek's FP8 ``linear``: ``y [t, out] = x [t, in] . dequant(w)^T`` with x (float32 or
@@ -28,6 +30,7 @@ def fp8_linear(x: Any, w: Any, w_scale: Any, *, act_format: str = "ue8m0", out_d
     return y
 
 
+@torch_op
 def linear(x: Any, w: Any, *, out_dtype: Any = None, out: Any = None, threads: Optional[int] = None,
            stream: Any = None) -> Any:
     """``y [t, out] = x [t, in] . w^T`` for w [out, in]; x, w and y each float32 or bfloat16:
@@ -46,6 +49,7 @@ def linear(x: Any, w: Any, *, out_dtype: Any = None, out: Any = None, threads: O
     return y
 
 
+@torch_op
 def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None, threads: Optional[int] = None,
              stream: Any = None) -> Any:
     """``y = bf16(weight * x / sqrt(mean(x^2) + eps))`` per row of x [t, d] (float32 or
@@ -61,6 +65,7 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None, threads
     return y
 
 
+@torch_op
 def add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *, out: Any = None,
                  threads: Optional[int] = None, stream: Any = None) -> Any:
     """The residual block boundary: ``h = fl32(x + residual)``, then ``residual = bf16(h)`` (in
@@ -77,6 +82,7 @@ def add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6, *, out: 
     return y
 
 
+@torch_op
 def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-6, *, out: Any = None,
                threads: Optional[int] = None, stream: Any = None) -> Any:
     """``y = bf16((x - mean) / sqrt(var + eps) * weight + bias)`` per row (biased variance, as
@@ -92,6 +98,7 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-6, *, out: Any = 
     return y
 
 
+@torch_op
 def rope_apply(x: Any, positions: Any, *, layout: str = "interleaved", dim: Optional[int] = None,
                base: float = 10000.0, factor: float = 1.0, original_max_position: int = 4096,
                max_position: int = 4096, beta_fast: float = 32.0, beta_slow: float = 1.0,
@@ -120,6 +127,7 @@ def rope_apply(x: Any, positions: Any, *, layout: str = "interleaved", dim: Opti
     return x
 
 
+@torch_op
 def swiglu(gate: Any, up: Any, *, out: Any = None, threads: Optional[int] = None, stream: Any = None) -> Any:
     """``y = bf16(fl32(silu(gate) * up))`` elementwise over [t, n] bfloat16 (``out=gate`` or
     ``out=up`` in place)."""

@@ -7,6 +7,7 @@ from typing import Any, Optional, Tuple
 
 from . import _arrays as A
 from . import _core
+from ._torch_ops import torch_op
 
 
 def _ranges(op: str, ranges: Any, like: Any, m: int, n: int, causal: bool) -> Any:
@@ -29,6 +30,7 @@ def _ones(op: str, like: Any, n: int) -> Any:
 _BLOCK = "an integer in [1, 2^63 - 1] (cache slots per block)"
 
 
+@torch_op
 def lightning_indexer_scores(q: Any, w: Any, k: Any, k_scale: Any = None, ranges: Any = None, *, out: Any = None,
                              threads: Optional[int] = None, stream: Any = None, kernels: Optional[str] = None) -> Any:
     """Index scores ``I[t, s] = k_scale[s] * sum_h w[t, h] * relu(q[t, h] . k[s])``.
@@ -59,6 +61,7 @@ def lightning_indexer_scores(q: Any, w: Any, k: Any, k_scale: Any = None, ranges
     return scores
 
 
+@torch_op
 def lightning_indexer_scores_paged(q: Any, w: Any, cache: Any, block_table: Any, block_size: int, ranges: Any, *,
                                    n: Optional[int] = None, out: Any = None, threads: Optional[int] = None,
                                    stream: Any = None, kernels: Optional[str] = None) -> Any:
@@ -92,6 +95,7 @@ def lightning_indexer_scores_paged(q: Any, w: Any, cache: Any, block_table: Any,
     return scores
 
 
+@torch_op
 def lightning_indexer_backward(q: Any, w: Any, k: Any, k_scale: Any, ranges: Any, grad_scores: Any, *,
                                need_q: bool = True, need_w: bool = True, need_k: bool = True, out: Any = None,
                                threads: Optional[int] = None, stream: Any = None) -> Tuple[Any, Any, Any]:
@@ -122,6 +126,7 @@ def lightning_indexer_backward(q: Any, w: Any, k: Any, k_scale: Any, ranges: Any
     return gq, gw, gk
 
 
+@torch_op
 def lightning_indexer_weights(proj: Any, q_scale: Any, head_scale: float, dim_scale: float, *, out: Any = None,
                               threads: Optional[int] = None, stream: Any = None) -> Any:
     """The indexer's per-head weights as DeepSeek-V3.2 folds them:
@@ -151,6 +156,7 @@ def _kl_outputs(op: str, out: Any, attn: Any) -> Tuple[Any, Any, int, int]:
     return loss, grad, m, n
 
 
+@torch_op
 def indexer_kl_loss_dense(attn: Any, index_scores: Any, ranges: Any = None, *, out: Any = None,
                           threads: Optional[int] = None, stream: Any = None) -> Tuple[Any, Any]:
     """Dense warm-up loss (DeepSeek-V3.2 eq. 3): ``L = sum_t KL(p_t || softmax(I_t))`` over each
@@ -171,6 +177,7 @@ def indexer_kl_loss_dense(attn: Any, index_scores: Any, ranges: Any = None, *, o
     return loss, grad
 
 
+@torch_op
 def indexer_kl_loss_sparse(attn: Any, index_scores: Any, topk: Any, *, out: Any = None,
                            threads: Optional[int] = None, stream: Any = None) -> Tuple[Any, Any]:
     """Sparse-stage loss (eq. 4): the dense loss restricted to each row's selection ``topk``

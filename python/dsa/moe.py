@@ -7,8 +7,10 @@ from typing import Any, Optional, Tuple
 
 from . import _arrays as A
 from . import _core
+from ._torch_ops import torch_op
 
 
+@torch_op
 def moe_route(logits: Any, bias: Any = None, *, top_k: int, n_group: int = 1, topk_group: int = 1,
               scoring: str = "sigmoid", norm_topk_prob: bool = True, routed_scaling_factor: float = 1.0,
               out: Any = None, threads: Optional[int] = None, stream: Any = None) -> Tuple[Any, Any]:
@@ -45,6 +47,7 @@ def moe_route(logits: Any, bias: Any = None, *, top_k: int, n_group: int = 1, to
     return ids, weights
 
 
+@torch_op
 def moe_combine(expert_out: Any, rows: Any, weights: Any, shared: Any = None, *, out: Any = None,
                 threads: Optional[int] = None, stream: Any = None) -> Any:
     """``y[t] = bf16(sum_j weights[t, j] * expert_out[rows[t, j]] + shared[t])`` in fp32, slot

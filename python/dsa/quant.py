@@ -6,11 +6,13 @@ from typing import Any, Optional, Tuple
 
 from . import _arrays as A
 from . import _core
+from ._torch_ops import torch_op
 
 _GROUP = "a positive integer (the group length)"
 _FORMATS = "'ue8m0' or 'fp32'"
 
 
+@torch_op
 def hadamard_transform(x: Any, scale: float = 1.0, *, out: Any = None, threads: Optional[int] = None,
                        stream: Any = None) -> Any:
     """``y = (x @ H_n) * scale`` over the rows of ``x`` [rows, n] (float32 or bfloat16).
@@ -33,6 +35,7 @@ def hadamard_transform(x: Any, scale: float = 1.0, *, out: Any = None, threads: 
     return y
 
 
+@torch_op
 def act_quant(x: Any, *, group_size: int = 128, scale_format: str = "ue8m0", out: Any = None,
               threads: Optional[int] = None, stream: Any = None) -> Tuple[Any, Any]:
     """FP8 activation quantization (DeepSeek ``act_quant``) of ``x`` [rows, cols], 1 x group_size.
@@ -60,6 +63,7 @@ def act_quant(x: Any, *, group_size: int = 128, scale_format: str = "ue8m0", out
     return q, s
 
 
+@torch_op
 def act_dequant(q: Any, s: Any, *, group_size: int = 128, dtype: Any = "float32", out: Any = None,
                 threads: Optional[int] = None, stream: Any = None) -> Any:
     """``y = q * s`` with one scale per 1 x group_size group; y float32 or bfloat16 (``dtype``,
@@ -76,6 +80,7 @@ def act_dequant(q: Any, s: Any, *, group_size: int = 128, dtype: Any = "float32"
     return y
 
 
+@torch_op
 def weight_quant(w: Any, *, out: Any = None, threads: Optional[int] = None, stream: Any = None) -> Tuple[Any, Any]:
     """FP8 weight quantization in 128 x 128 blocks (ragged at the edges): per block
     ``s = max(amax, 1e-8) / 448`` (fp32), ``q = e4m3(w / s)``. Returns ``(q, s)``: q like w,
@@ -94,6 +99,7 @@ def weight_quant(w: Any, *, out: Any = None, threads: Optional[int] = None, stre
     return q, s
 
 
+@torch_op
 def weight_dequant(q: Any, s: Any, *, dtype: Any = "float32", out: Any = None, threads: Optional[int] = None,
                    stream: Any = None) -> Any:
     """``w = q * s`` with one scale per 128 x 128 block; w float32 or bfloat16 (``dtype``)."""
@@ -123,6 +129,7 @@ def _pack_rows(op: str, like: Any, n: int, slots: Any) -> int:
     return int(_core.slot_rows(A.core(slots), op))
 
 
+@torch_op
 def kv_cache_fp8_pack(kv: Any, *, slots: Any = None, out: Any = None, threads: Optional[int] = None,
                       stream: Any = None) -> Any:
     """Packs tokens ``kv`` [n, 576] bfloat16 (512 latent + 64 RoPE) into FlashMLA's 656-byte FP8
@@ -143,6 +150,7 @@ def kv_cache_fp8_pack(kv: Any, *, slots: Any = None, out: Any = None, threads: O
     return cache
 
 
+@torch_op
 def kv_cache_fp8_unpack(cache: Any, *, out: Any = None, threads: Optional[int] = None, stream: Any = None) -> Any:
     """Unpacks 656-byte FP8 rows ``cache`` [n, 656] into kv [n, 576] bfloat16 (latent = code *
     scale, RoPE bit for bit)."""
@@ -156,6 +164,7 @@ def kv_cache_fp8_unpack(cache: Any, *, out: Any = None, threads: Optional[int] =
     return kv
 
 
+@torch_op
 def indexer_cache_pack(k: Any, k_scale: Any, *, slots: Any = None, out: Any = None,
                        threads: Optional[int] = None, stream: Any = None) -> Any:
     """Packs indexer keys ``k`` [n, 128] (e4m3 codes) and ``k_scale`` [n] float32 into 132-byte
@@ -171,6 +180,7 @@ def indexer_cache_pack(k: Any, k_scale: Any, *, slots: Any = None, out: Any = No
     return cache
 
 
+@torch_op
 def indexer_cache_unpack(cache: Any, *, out: Any = None, threads: Optional[int] = None,
                          stream: Any = None) -> Tuple[Any, Any]:
     """Unpacks 132-byte indexer rows ``cache`` [n, 132] into ``(k [n, 128] e4m3, k_scale [n]

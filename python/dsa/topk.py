@@ -7,12 +7,14 @@ from typing import Any, Optional
 
 from . import _arrays as A
 from . import _core
+from ._torch_ops import torch_op
 from .indexer import _BLOCK, _ranges
 
 
 _K = "an integer in [1, 2^31 - 1] (k > the row's range pads with -1)"
 
 
+@torch_op
 def topk_indices(scores: Any, k: int, ranges: Any = None, *, out: Any = None, threads: Optional[int] = None,
                  stream: Any = None) -> Any:
     """Per row of ``scores`` [m, n] float32, the k largest scores within the row's range
@@ -34,6 +36,7 @@ def topk_indices(scores: Any, k: int, ranges: Any = None, *, out: Any = None, th
     return indices
 
 
+@torch_op
 def topk_indices_paged(scores: Any, k: int, block_table: Any, block_size: int, ranges: Any = None, *, out: Any = None,
                        threads: Optional[int] = None, stream: Any = None) -> Any:
     """topk_indices mapped through a page table to physical cache slots: logical position p of
@@ -55,6 +58,7 @@ def topk_indices_paged(scores: Any, k: int, block_table: Any, block_size: int, r
     return slots
 
 
+@torch_op
 def gather_rows(src: Any, indices: Any, *, out: Any = None, threads: Optional[int] = None, stream: Any = None) -> Any:
     """``dst[t, j, :] = src[indices[t, j], :]`` (zeros where the index is -1): src [n, d] of any
     dtype (copied bit for bit), indices [m, k] int32. Returns dst [m, k, d]."""
