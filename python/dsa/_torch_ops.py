@@ -279,6 +279,43 @@ def _register_one(torch: Any, op_name: str, fn: Callable[..., Any], arguments: s
     op.register_fake(fake_impl)
 
 
+# ---- derivatives ----------------------------------------------------------------------------------
+#
+# The ops with a derivative in dsa's own terms: the Hadamard transform is its own adjoint (H is
+# symmetric: dx = H dy * scale), and the float32 indexer score's gradients are
+# lightning_indexer_backward's. Every other op registers none (torch's error on a backward).
+
+
+# setup_context gets the positional inputs with their defaults filled in; backward returns one
+# gradient per positional input.
+
+
+def _hadamard_setup(ctx: Any, inputs: Tuple[Any, ...], keyword_only_inputs: Dict[str, Any], output: Any) -> None:
+    ctx.scale = inputs[1]
+
+
+def _hadamard_backward(ctx: Any, grad: Any) -> Tuple[Any, ...]:
+    return _ops.hadamard_transform(grad.contiguous(), ctx.scale), None
+
+
+def _scores_setup(ctx: Any, inputs: Tuple[Any, ...], keyword_only_inputs: Dict[str, Any], output: Any) -> None:
+    ctx.save_for_backward(*inputs)  # q, w, k, k_scale, ranges
+
+
+def _scores_backward(ctx: Any, grad: Any) -> Tuple[Any, ...]:
+    q, w, k, k_scale, ranges = ctx.saved_tensors
+    need_q, need_w, need_k = ctx.needs_input_grad[:3]
+    gq, gw, gk = _ops.lightning_indexer_backward(q, w, k, k_scale, ranges, grad.contiguous(),
+                                                 need_q=need_q, need_w=need_w, need_k=need_k)
+    return gq if need_q else None, gw if need_w else None, gk if need_k else None, None, None
+
+
+_AUTOGRAD = {
+    "hadamard_transform": (_hadamard_setup, _hadamard_backward),
+    "lightning_indexer_scores": (_scores_setup, _scores_backward),
+}
+
+
 def register_torch_ops() -> Any:
     """Registers dsa's ops with torch (``torch.ops.dsa.<name>``) if that is not done yet, importing
     torch; returns ``torch.ops.dsa``. Done by ``import dsa`` when torch was imported first."""
@@ -291,6 +328,8 @@ def register_torch_ops() -> Any:
         for name, (into, arguments) in _INTO.items():
             _register_one(torch, into, _FUNCTIONS[name], arguments, "()", _none, name, out_arg="cache")
         _ops = torch.ops.dsa
+        for name, (setup, backward) in _AUTOGRAD.items():
+            torch.library.register_autograd(f"dsa::{name}", backward, setup_context=setup)
     return _ops
 
 

@@ -206,3 +206,48 @@ def test_cuda_graph_captures_a_decode_step(rng):
     graph.replay()
     torch.cuda.synchronize()
     _same_bits(_decode_step(*fresh), captured)
+
+
+def _sylvester(n):
+    h = torch.ones(1, 1)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h
+
+
+def test_hadamard_backward_against_torch_autograd():
+    """dx of y = (x @ H) * scale is (dy @ H) * scale: dsa's registered derivative against torch's
+    autograd through the explicit matrix, and opcheck with a tensor that requires grad."""
+    x = torch.randn(5, 64, requires_grad=True)
+    dy = torch.randn(5, 64)
+    dsa.hadamard_transform(x, 0.125).backward(dy)
+    xr = x.detach().clone().requires_grad_()
+    ((xr @ _sylvester(64)) * 0.125).backward(dy)
+    torch.testing.assert_close(x.grad, xr.grad, rtol=1e-6, atol=1e-6)
+    torch.library.opcheck(OPS.hadamard_transform.default, (torch.randn(3, 16, requires_grad=True), 0.5))
+
+
+def test_indexer_scores_backward_against_torch_autograd():
+    """The float32 indexer score's gradients (lightning_indexer_backward, registered as its
+    derivative) against torch's autograd of ``k_scale * sum_h w * relu(q . k)`` over the causal
+    ranges."""
+    g = torch.Generator().manual_seed(5)
+    m, h, d, n = 4, 3, 32, 9
+    q = torch.randn(m, h, d, generator=g, requires_grad=True)
+    w = torch.randn(m, h, generator=g, requires_grad=True)
+    k = torch.randn(n, d, generator=g, requires_grad=True)
+    k_scale = torch.rand(n, generator=g) + 0.5
+    grad = torch.randn(m, n, generator=g)
+    scores = dsa.lightning_indexer_scores(q, w, k, k_scale)
+    visible = torch.arange(n)[None, :] < (n - m + 1 + torch.arange(m))[:, None]
+    assert torch.equal(torch.isfinite(scores), visible)
+    scores.backward(torch.where(visible, grad, 0))
+    qr, wr, kr = (t.detach().clone().requires_grad_() for t in (q, w, k))
+    ref = k_scale * torch.einsum("mh,mhn->mn", wr, torch.relu(torch.einsum("mhd,nd->mhn", qr, kr)))
+    (ref * torch.where(visible, grad, 0)).sum().backward()
+    for a, b in ((q, qr), (w, wr), (k, kr)):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-4)
+    torch.library.opcheck(OPS.lightning_indexer_scores.default,
+                          (torch.randn(2, 3, 8, requires_grad=True), torch.randn(2, 3, requires_grad=True),
+                           torch.randn(5, 8, requires_grad=True), torch.rand(5) + 0.5,
+                           torch.tensor([[0, 4], [0, 5]], dtype=torch.int32)))
