@@ -263,6 +263,36 @@ void bind_model(nb::module_& m) {
 
   m.def("validate_model", &validate_model, nb::arg("dir"), nb::arg("threads"), nb::arg("max_chunk"),
         nb::arg("keep_outputs"));
+
+  // config.json as the forward pass reads it (checked, defaults filled in) and what every layer
+  // derives from it, as JSON: for a forward pass composed in Python (dsa.parallel) that must
+  // read the same numbers as the C++ one, without a second parser.
+  m.def(
+      "model_settings",
+      [](const std::string& dir) {
+        const dsa::model::config c = dsa::model::config::load(std::filesystem::path(dir));
+        const dsa::model::layer_settings s = dsa::model::checked_layer_settings(c);
+        const dsa::moe_routing_config r = dsa::model::moe_routing_config_of(c);
+        nlohmann::json j;
+        j["config"] = c.to_json();
+        j["softmax_scale"] = c.softmax_scale();
+        j["act_format"] = s.act_format == dsa::scale_format::ue8m0 ? "ue8m0" : "fp32";
+        j["rope"] = {{"dim", s.rope.dim},
+                     {"base", s.rope.base},
+                     {"factor", s.rope.factor},
+                     {"original_max_position", s.rope.original_max_position},
+                     {"max_position", s.rope.max_position},
+                     {"beta_fast", s.rope.beta_fast},
+                     {"beta_slow", s.rope.beta_slow}};
+        j["moe"] = {{"top_k", r.top_k},
+                    {"n_group", r.n_group},
+                    {"topk_group", r.topk_group},
+                    {"scoring", r.scoring == dsa::moe_scoring::sigmoid ? "sigmoid" : "softmax"},
+                    {"norm_topk_prob", r.norm_topk_prob},
+                    {"routed_scaling_factor", r.routed_scaling_factor}};
+        return j.dump();
+      },
+      nb::arg("dir"));
 }
 
 }  // namespace dsa_py

@@ -1,0 +1,116 @@
+"""dsa.parallel: the V3.2 forward over torch.distributed ranks (docs/python.md, "Across ranks").
+One rank gives dsa.Transformer's bits; two ranks (torchrun, gloo) pass the example's check and the
+golden tiny-model replay; each rank reads only its slice; a checkpoint's bad headers and an index
+that names files outside the directory are errors. Skipped without torch."""
+
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import dsa
+
+torch = pytest.importorskip("torch")
+import dsa.parallel as P  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TINY = REPO / "models" / "tiny-random"
+GOLDEN = REPO / "tests" / "data" / "tiny-dsv32"
+
+
+def test_one_rank_is_the_single_process_forward_bit_for_bit():
+    ref = dsa.Transformer.load(TINY, threads=1)
+    m = P.Transformer.load(TINY, threads=1)
+    assert m.world == 1 and m.heads_parallel is False
+    a, b = ref.new_sequence(40), m.new_sequence(40)
+    tokens = list(range(3, 35))
+    for _ in range(4):
+        want = ref.forward(a, tokens)
+        got = m.forward(b, tokens).numpy()
+        np.testing.assert_array_equal(got, want)
+        tokens = [int(want.argmax())]
+
+
+def _torchrun(tmp_path, *args, ranks=2):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+                           *map(str, args)], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+
+
+def test_example_two_ranks_gloo(tmp_path):
+    r = _torchrun(tmp_path, REPO / "examples" / "python" / "distributed_forward.py", TINY, "--steps", "4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASS" in r.stdout and "FAIL" not in r.stdout
+    # each rank holds a slice: the two ranks' weights are less than the whole model's
+    line = next(x for x in r.stdout.splitlines() if "weights per rank" in x)
+    per_rank = json.loads(line.split("weights per rank (MiB) ")[1].split(",  peak")[0].split(", peak")[0])
+    whole = P.Transformer.load(TINY).weight_bytes / 2**20
+    assert len(per_rank) == 2 and all(w < 0.7 * whole for w in per_rank)
+
+
+def test_golden_replay_two_ranks(tmp_path):
+    script = tmp_path / "replay.py"
+    script.write_text(
+        "import json, sys, torch.distributed as dist, dsa.parallel as P\n"
+        "dist.init_process_group('gloo')\n"
+        "r = P.validate_model(sys.argv[1], threads=1)\n"
+        "open(f'report{dist.get_rank()}.json', 'w').write(json.dumps({'rank': dist.get_rank(), **r}))\n"
+        "dist.destroy_process_group()\n")
+    r = _torchrun(tmp_path, script, GOLDEN)
+    assert r.returncode == 0, r.stdout + r.stderr
+    reports = [json.loads((tmp_path / f"report{i}.json").read_text()) for i in range(2)]
+    assert sorted(x["rank"] for x in reports) == [0, 1]
+    single = dsa.validate_model(GOLDEN, outputs=False)
+    for x in reports:
+        assert x["pass"] and x["argmax_mismatches"] <= 1 and min(x["cosines"]) >= 0.99
+        assert min(x["topk_agreement"].values()) >= 0.98
+        # the tiny model's two-block reductions add in one process's order: the same cosines
+        np.testing.assert_allclose(x["cosines"], single["cosines"], rtol=0, atol=1e-12)
+
+
+# ---- the checkpoint reader ----------------------------------------------------------------------
+
+
+def _write(path, header, data=b""):
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+
+
+def test_checkpoint_reads_slices(tmp_path):
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    _write(tmp_path / "model.safetensors", {"w": {"dtype": "F32", "shape": [4, 6], "data_offsets": [0, 96]}},
+           a.tobytes())
+    ck = P.Checkpoint(str(tmp_path))
+    assert ck.shape("w") == (4, 6)
+    np.testing.assert_array_equal(ck.read("w", rows=(1, 3), cols=(2, 5)).numpy(), a[1:3, 2:5])
+
+
+@pytest.mark.parametrize("header, data, match", [
+    ({"w": {"dtype": "F32", "shape": [4, 6], "data_offsets": [0, 96]}}, b"\0" * 95, "data_offsets"),
+    ({"w": {"dtype": "F32", "shape": [4, 6], "data_offsets": [0, 92]}}, b"\0" * 96, "data_offsets"),
+    ({"w": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}}, b"\0" * 8, "dtype"),
+    ({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]}}, b"", "data_offsets"),
+    ({"w": {"dtype": "F32"}}, b"", "data_offsets"),
+])
+def test_checkpoint_rejects_bad_headers(tmp_path, header, data, match):
+    _write(tmp_path / "model.safetensors", header, data)
+    with pytest.raises(dsa.Error, match=match):
+        P.Checkpoint(str(tmp_path))
+
+
+def test_checkpoint_rejects_a_header_longer_than_the_file(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
+    with pytest.raises(dsa.Error, match="header length"):
+        P.Checkpoint(str(tmp_path))
+
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/etc/passwd", ".."])
+def test_checkpoint_index_names_files_of_the_directory_only(tmp_path, shard):
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": shard}}))
+    with pytest.raises(dsa.Error, match="inside the checkpoint directory"):
+        P.Checkpoint(str(tmp_path))
