@@ -2,7 +2,7 @@
 # One command for a borrowed GPU: build every CUDA target (or reuse the build), run every CUDA test,
 # dsa_validate --backend cuda on the golden primitives and the tiny model (with --cuda-kernels
 # exact, the default, and fast), the CUDA benchmarks with their report (exact and
-# fast rows), and with --sanitize every CUDA test under compute-sanitizer (memcheck, racecheck,
+# fast rows), the Python package's tests on the GPU, and with --sanitize every CUDA test under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck). docs/cuda.md, "On a GPU machine".
 #
 #   tools/gpu_check.sh [options] OUTDIR
@@ -12,8 +12,8 @@
 #   --build DIR        build folder (default build/gpu-check); an existing build is reused
 #   --arch LIST        CMAKE_CUDA_ARCHITECTURES (default: the GPU's compute capability, else 90;80)
 #   --jobs N           build parallelism (default: nproc)
-#   --steps LIST       comma-separated subset of: build,test,validate,bench,sanitize (default:
-#                      build,test,validate,bench; --sanitize adds sanitize)
+#   --steps LIST       comma-separated subset of: build,test,validate,bench,python,sanitize
+#                      (default: build,test,validate,bench,python; --sanitize adds sanitize)
 #   --sanitize         also run the CUDA tests under compute-sanitizer's four tools
 #   --sanitize-timeout S   per (tool, run) limit in seconds (default 300); a timeout is reported
 #   --sanitize-tools LIST  subset of racecheck,memcheck,initcheck,synccheck (default: all four)
@@ -44,7 +44,7 @@ usage() { sed -n '2,/^[^#]/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 2; }
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 deps="" build="$root/build/gpu-check" arch="" jobs="$(nproc 2>/dev/null || echo 2)"
-steps="build,test,validate,bench" sanitize=0 san_timeout=300 san_tools="racecheck,memcheck,initcheck,synccheck" san_only="" san_jobs="" san_per_exe=0 san_deadline=0 san_print_limit="" test_timeout=600 configure_only=0 no_configure=0 hide_system=0 out=""
+steps="build,test,validate,bench,python" sanitize=0 san_timeout=300 san_tools="racecheck,memcheck,initcheck,synccheck" san_only="" san_jobs="" san_per_exe=0 san_deadline=0 san_print_limit="" test_timeout=600 configure_only=0 no_configure=0 hide_system=0 out=""
 while (($#)); do
   case "$1" in
     --deps) deps="$2"; shift 2 ;;
@@ -182,6 +182,25 @@ if has_step bench; then
     fi
   else
     note "step bench: SKIPPED (Google Benchmark not staged: cmake -P cmake/stage_deps.cmake DIR)"
+  fi
+fi
+
+if has_step python; then
+  # The Python package with its CUDA paths, then its whole pytest suite (docs/records/
+  # 2026-11-26-gpu-run-2.md): the CUDA tensors, the torch custom ops' CUDA-graph capture and
+  # dsa.parallel on the GPU run only here. Needs python3 with torch, nanobind and
+  # scikit-build-core (the GPU machines have them; there is no network to pip from).
+  if python3 -c 'import torch, nanobind, scikit_build_core' >/dev/null 2>&1; then
+    site="$build/python-site"
+    rm -rf "$site"
+    pip_args=(--no-build-isolation --no-deps --target "$site" -Ccmake.define.DSA_ENABLE_CUDA=ON
+      "-Ccmake.define.CMAKE_CUDA_ARCHITECTURES=$arch" "-Cbuild-dir=$build/python-build")
+    [ -z "$deps" ] || pip_args+=("-Ccmake.define.CMAKE_PREFIX_PATH=$deps")
+    run_step python_build python3 -m pip install "${pip_args[@]}" "$root" \
+      && run_step python_tests env PYTHONPATH="$site" DSA_EXPECT_CUDA_BUILD=1 \
+        python3 -m pytest -q -p no:cacheprovider -rs "$root/tests/python"
+  else
+    note "step python: SKIPPED (python3 lacks torch, nanobind or scikit-build-core)"
   fi
 fi
 

@@ -169,7 +169,7 @@ _SPECS: Dict[str, Tuple[str, str, Callable[..., Any]]] = {
                     lambda src, idx, *_: src.new_empty((idx.shape[0], idx.shape[1], src.shape[1]))),
 }
 
-# The in-place form of an op whose out= is the array it writes into: (op, the out= argument's name).
+# The in-place op of an op whose out= is the cache it writes into: (its name, its arguments).
 _INTO = {
     "kv_cache_fp8_pack": ("kv_cache_fp8_pack_into", "Tensor kv, Tensor(a!) cache, Tensor? slots, int? threads"),
     "indexer_cache_pack": ("indexer_cache_pack_into",

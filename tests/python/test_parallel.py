@@ -73,6 +73,23 @@ def test_golden_replay_two_ranks(tmp_path):
         np.testing.assert_allclose(x["cosines"], single["cosines"], rtol=0, atol=1e-12)
 
 
+_GPU = dsa.cuda_available() and torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _GPU, reason="needs a GPU and dsa's CUDA build")
+def test_cuda_one_rank_golden_replay():
+    """The forward on CUDA tensors (the CUDA backend's ops) passes the golden replay."""
+    r = P.validate_model(GOLDEN, device="cuda")
+    assert r["pass"], r
+
+
+@pytest.mark.skipif(not _GPU or torch.cuda.device_count() < 2, reason="needs two GPUs (NCCL: one per rank)")
+def test_example_two_ranks_nccl(tmp_path):
+    r = _torchrun(tmp_path, REPO / "examples" / "python" / "distributed_forward.py", TINY, "--steps", "4",
+                  "--device", "cuda")
+    assert r.returncode == 0 and "PASS" in r.stdout, r.stdout + r.stderr
+
+
 # ---- the checkpoint reader ----------------------------------------------------------------------
 
 
