@@ -38,11 +38,10 @@ def _path(p: Any, op: str, name: str) -> str:
     return path
 
 
-def _tokens(tokens: Any) -> Any:
+def _tokens(tokens: Any, op: str = "Transformer.forward") -> Any:
     """Token ids as an int64 vector: an integer, a list/tuple/range of integers (never a bool or
     a float, which NumPy would turn into ids silently), or an array (its dtype is the op's to
     check: int64 or int32)."""
-    op = "Transformer.forward"
     if tokens is None or isinstance(tokens, (bool, np.bool_, float, np.floating, str)):
         A.fail(op, "tokens", A.typed(tokens), "token ids: an integer, a list of integers or an int64/int32 array")
     if isinstance(tokens, (int, np.integer)):

@@ -210,8 +210,9 @@ class _Sequence:
     """One sequence's caches on this rank: per layer the MLA latent rows [max_tokens, kv_lora_rank
     + rope] bfloat16 and the indexer key rows [max_tokens, 132] uint8 (both replicated)."""
 
-    def __init__(self, layers: int, max_tokens: int, row: int, device: Any) -> None:
+    def __init__(self, owner: int, layers: int, max_tokens: int, row: int, device: Any) -> None:
         import torch
+        self.owner = owner
         self.max_tokens = max_tokens
         self.length = 0
         self.mla = [torch.zeros(max_tokens, row, dtype=torch.bfloat16, device=device) for _ in range(layers)]
@@ -330,26 +331,41 @@ class Transformer:
         c = self.cfg
         max_tokens = A.int_arg("parallel.Transformer.new_sequence", "max_tokens", max_tokens, 1,
                                c["max_position_embeddings"])
-        return _Sequence(self.num_layers, max_tokens, c["kv_lora_rank"] + c["qk_rope_head_dim"], self.device)
+        return _Sequence(id(self), self.num_layers, max_tokens, c["kv_lora_rank"] + c["qk_rope_head_dim"], self.device)
 
     # ---- the forward pass -------------------------------------------------------------------------
 
-    def forward(self, seq: _Sequence, tokens: Any, observer: Any = None) -> Any:
+    def forward(self, seq: _Sequence, tokens: Any, observer: Any = None, *, max_chunk: int = 4096) -> Any:
         """Appends `tokens` to `seq` (all ranks alike) and returns the last token's logits [vocab]
-        float32. A call of more than one token is a prefill (MHA), of one token a decode step
-        (absorbed MQA), as in the single-process forward. ``observer(layer, topk)`` is called
-        with each layer's selection [t, min(index_topk, end)] int32 when given."""
+        float32. A prompt is prefilled in chunks of at most ``max_chunk`` tokens; a chunk of more
+        than one token runs the MHA prefill, of one token the absorbed MQA decode, as in the
+        single-process forward (whose bits one rank reproduces). ``observer(layer, topk)`` is
+        called with each chunk's per-layer selection [t, min(index_topk, end)] int32."""
+        import torch
+        from .model import _tokens
+        op = "parallel.Transformer.forward"
+        if not isinstance(seq, _Sequence) or seq.owner != id(self):
+            A.fail(op, "seq", A.typed(seq), "a sequence made by this transformer's new_sequence()")
+        max_chunk = A.int_arg(op, "max_chunk", max_chunk, 1)
+        ids = np.asarray(_tokens(tokens, op)).reshape(-1)
+        if ids.dtype not in (np.int64, np.int32):
+            A.fail(op, "tokens.dtype", str(ids.dtype), "int64 or int32 token ids")
+        t = ids.size
+        if t < 1 or t > seq.max_tokens - seq.length:
+            A.fail(op, "tokens.size", str(t), f"1 to max_tokens - length = {seq.max_tokens - seq.length}")
+        bad = np.flatnonzero((ids < 0) | (ids >= self.cfg["vocab_size"]))
+        if bad.size:
+            A.fail(op, f"tokens[{bad[0]}]", str(ids[bad[0]]), f"a token id in [0, vocab_size = {self.cfg['vocab_size']})")
+        ids = torch.as_tensor(ids.astype(np.int64), device=self.device)
+        for b in range(0, t, max_chunk):
+            logits = self._chunk(seq, ids[b:b + max_chunk], observer)
+        return logits
+
+    def _chunk(self, seq: _Sequence, ids: Any, observer: Any) -> Any:
         import torch
         import torch.distributed as dist
-        from . import dense, quant
-        op = "parallel.Transformer.forward"
-        ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64).reshape(-1), device=self.device)
-        t = ids.numel()
-        if t < 1 or seq.length + t > seq.max_tokens:
-            A.fail(op, "tokens", f"{t} tokens after {seq.length}", f"1 to {seq.max_tokens - seq.length} tokens")
-        if int(ids.min()) < 0 or int(ids.max()) >= self.cfg["vocab_size"]:
-            A.fail(op, "tokens", A.show(ids.tolist()), f"token ids in [0, {self.cfg['vocab_size']})")
-        start = seq.length
+        from . import dense
+        t, start = ids.numel(), seq.length
         positions = torch.arange(start, start + t, dtype=torch.int32, device=self.device)
         v0, v1 = self.vocab
         local = torch.where((ids >= v0) & (ids < v1), ids - v0, -1).to(torch.int32)

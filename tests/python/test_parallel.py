@@ -36,6 +36,34 @@ def test_one_rank_is_the_single_process_forward_bit_for_bit():
         tokens = [int(want.argmax())]
 
 
+def test_one_rank_chunked_prefill_is_the_single_process_one():
+    ref = dsa.Transformer.load(TINY, threads=1)
+    m = P.Transformer.load(TINY, threads=1)
+    tokens = list(range(7, 47))
+    for chunk in (16, 39):  # the last chunk of 39 + 1 is one token: the decode path, as in C++
+        want = ref.forward(ref.new_sequence(48), tokens, max_chunk=chunk)
+        got = m.forward(m.new_sequence(48), tokens, max_chunk=chunk).numpy()
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("tokens, match", [
+    ([1.0, 2.0], r"tokens\[0\]"), (True, "tokens"), ([1, 512], r"tokens\[1\] = 512"), ([], "tokens.size"),
+    (np.array([1.5]), "tokens.dtype"), (list(range(41)), "tokens.size"),
+])
+def test_forward_rejects_bad_tokens(tokens, match):
+    m = P.Transformer.load(TINY)
+    with pytest.raises(dsa.Error, match=match):
+        m.forward(m.new_sequence(40), tokens)
+
+
+def test_forward_rejects_a_sequence_of_another_model():
+    a, b = P.Transformer.load(TINY), P.Transformer.load(TINY)
+    with pytest.raises(dsa.Error, match="seq"):
+        a.forward(b.new_sequence(8), [1])
+    with pytest.raises(dsa.Error, match="seq"):
+        a.forward(dsa.Transformer.load(TINY).new_sequence(8), [1])
+
+
 def _torchrun(tmp_path, *args, ranks=2):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
