@@ -129,11 +129,14 @@ class Checkpoint:
         return self._tensors[name]
 
     def read(self, name: str, rows: Optional[Tuple[int, int]] = None, cols: Optional[Tuple[int, int]] = None,
-             device: Any = "cpu") -> Any:
+             device: Any = "cpu", expect: Optional[Tuple[int, ...]] = None) -> Any:
         """Tensor `name` (rows [r0, r1) and columns [c0, c1) of a 2-D one when given) as a torch
-        tensor on `device`."""
+        tensor on `device`; its whole shape must be `expect` when given (checked before a byte is
+        read: a slice of a tensor of another shape would be silently wrong)."""
         import torch
         path, dtype, shape, offset = self._entry(name)
+        if expect is not None and shape != tuple(expect):
+            A.fail("parallel.Checkpoint", f"tensor '{name}' shape", str(list(shape)), f"{list(expect)} (from config.json)")
         np_type, torch_name, _ = _ST_DTYPES[dtype]
         a = np.memmap(path, dtype=np_type, mode="r", offset=offset, shape=shape) if math.prod(shape) else \
             np.zeros(shape, np_type)
@@ -153,7 +156,7 @@ class _Linear:
     """A checkpoint linear ``y = x . W^T`` (or a slice of one): fp8_linear for FP8 weights with
     their 128 x 128 block scales, linear for bf16 ones."""
 
-    def __init__(self, ck: Checkpoint, prefix: str, act_format: str, device: Any,
+    def __init__(self, ck: Checkpoint, prefix: str, shape: Tuple[int, int], act_format: str, device: Any,
                  rows: Optional[Tuple[int, int]] = None, cols: Optional[Tuple[int, int]] = None) -> None:
         name = prefix + ".weight"
         self.act_format = act_format
@@ -163,12 +166,13 @@ class _Linear:
                 if r is not None and (r[0] % 128 or (r[1] % 128 and r[1] != ck.shape(name)[0 if what == "rows" else 1])):
                     A.fail("parallel.Transformer.load", f"{prefix} {what}", f"[{r[0]}, {r[1]})",
                            "a slice of whole 128 x 128 FP8 scale blocks")
-            self.q = ck.read(name, rows, cols, device)
+            self.q = ck.read(name, rows, cols, device, shape)
             srows = None if rows is None else (rows[0] // 128, -(-rows[1] // 128))
             scols = None if cols is None else (cols[0] // 128, -(-cols[1] // 128))
-            self.s = ck.read(prefix + ".weight_scale_inv", srows, scols, device).float()
+            self.s = ck.read(prefix + ".weight_scale_inv", srows, scols, device,
+                             (-(-shape[0] // 128), -(-shape[1] // 128))).float()
         else:
-            self.w = ck.read(name, rows, cols, device)
+            self.w = ck.read(name, rows, cols, device, shape)
 
     @property
     def out_features(self) -> int:
@@ -253,26 +257,29 @@ class Transformer:
         W, r, dev, fmt = self.world, self.rank, self.device, self.act_format
         V, d = c["vocab_size"], c["hidden_size"]
         fp8 = any(n.endswith(".weight_scale_inv") for n in ck._tensors)
+        # Every tensor's whole shape is checked against config.json before its slice is read.
 
-        def vec(name):
-            return ck.read(name, device=dev).float()
+        def vec(name, n):
+            return ck.read(name, device=dev, expect=(n,)).float()
 
-        def lin(prefix, rows=None, cols=None):
-            w = _Linear(ck, prefix, fmt, dev, rows, cols)
+        def lin(prefix, shape, rows=None, cols=None):
+            w = _Linear(ck, prefix, shape, fmt, dev, rows, cols)
             self.weight_bytes += w.nbytes()
             return w
 
-        def tensor(name, rows=None):
-            t = ck.read(name, rows, device=dev)
+        def tensor(name, shape, rows=None):
+            t = ck.read(name, rows, device=dev, expect=shape)
             self.weight_bytes += t.numel() * t.element_size()
             return t
 
         self.vocab = _split(V, W, r, False) or (0, V)
         self.vocab_parallel = self.vocab != (0, V)
-        self.embed = tensor("model.embed_tokens.weight", self.vocab)
-        self.lm_head = tensor("model.embed_tokens.weight" if c["tie_word_embeddings"] else "lm_head.weight", self.vocab)
-        self.norm = vec("model.norm.weight")
+        self.embed = tensor("model.embed_tokens.weight", (V, d), self.vocab)
+        self.lm_head = tensor("model.embed_tokens.weight" if c["tie_word_embeddings"] else "lm_head.weight", (V, d),
+                              self.vocab)
+        self.norm = vec("model.norm.weight", d)
         H, nope, rope, dv = c["num_attention_heads"], c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+        ql, cl, hi, di = c["q_lora_rank"], c["kv_lora_rank"], c["index_n_heads"], c["index_head_dim"]
         heads = _split(H, W, r, False)
         if heads is not None and fp8 and any((heads[1] - heads[0]) * w % 128 for w in (nope + rope, nope + dv, dv)):
             heads = None
@@ -284,16 +291,16 @@ class Transformer:
             p = f"model.layers.{l}"
             a, ix = p + ".self_attn", p + ".self_attn.indexer"
             L: Dict[str, Any] = {
-                "input_norm": vec(p + ".input_layernorm.weight"),
-                "post_norm": vec(p + ".post_attention_layernorm.weight"),
-                "q_a": lin(a + ".q_a_proj"), "q_norm": vec(a + ".q_a_layernorm.weight"),
-                "q_b": lin(a + ".q_b_proj", (h0 * (nope + rope), h1 * (nope + rope))),
-                "kv_a": lin(a + ".kv_a_proj_with_mqa"), "kv_norm": vec(a + ".kv_a_layernorm.weight"),
-                "kv_b": lin(a + ".kv_b_proj", (h0 * (nope + dv), h1 * (nope + dv))),
-                "o": lin(a + ".o_proj", None, (h0 * dv, h1 * dv) if self.heads_parallel else None),
-                "idx_wq_b": lin(ix + ".wq_b"), "idx_wk": lin(ix + ".wk"),
-                "idx_k_norm": (vec(ix + ".k_norm.weight"), vec(ix + ".k_norm.bias")),
-                "idx_weights": tensor(ix + ".weights_proj.weight"),
+                "input_norm": vec(p + ".input_layernorm.weight", d),
+                "post_norm": vec(p + ".post_attention_layernorm.weight", d),
+                "q_a": lin(a + ".q_a_proj", (ql, d)), "q_norm": vec(a + ".q_a_layernorm.weight", ql),
+                "q_b": lin(a + ".q_b_proj", (H * (nope + rope), ql), (h0 * (nope + rope), h1 * (nope + rope))),
+                "kv_a": lin(a + ".kv_a_proj_with_mqa", (cl + rope, d)), "kv_norm": vec(a + ".kv_a_layernorm.weight", cl),
+                "kv_b": lin(a + ".kv_b_proj", (H * (nope + dv), cl), (h0 * (nope + dv), h1 * (nope + dv))),
+                "o": lin(a + ".o_proj", (d, H * dv), None, (h0 * dv, h1 * dv) if self.heads_parallel else None),
+                "idx_wq_b": lin(ix + ".wq_b", (hi * di, ql)), "idx_wk": lin(ix + ".wk", (di, d)),
+                "idx_k_norm": (vec(ix + ".k_norm.weight", di), vec(ix + ".k_norm.bias", di)),
+                "idx_weights": tensor(ix + ".weights_proj.weight", (hi, d)),
             }
             if l >= c["first_k_dense_replace"]:
                 E = c["n_routed_experts"]
@@ -302,22 +309,24 @@ class Transformer:
                     A.fail("parallel.Transformer.load", "world_size", W,
                            f"a divisor of n_routed_experts = {E} (experts are sharded by rank)")
                 e0, e1 = experts or (0, E)
-                L["experts"] = {e: self._mlp(ck, lin, f"{p}.mlp.experts.{e}", fp8, shard=False) for e in range(e0, e1)}
-                L["gate"] = tensor(p + ".mlp.gate.weight")
+                moe_inter = c["moe_intermediate_size"]
+                L["experts"] = {e: self._mlp(lin, f"{p}.mlp.experts.{e}", moe_inter, d, fp8, shard=False)
+                                for e in range(e0, e1)}
+                L["gate"] = tensor(p + ".mlp.gate.weight", (E, d))
                 bias = p + ".mlp.gate.e_score_correction_bias"
-                L["bias"] = vec(bias) if bias in ck else None
+                L["bias"] = vec(bias, E) if bias in ck else None
                 if c["n_shared_experts"]:
-                    L["shared"] = self._mlp(ck, lin, p + ".mlp.shared_experts", fp8, shard=True)
+                    L["shared"] = self._mlp(lin, p + ".mlp.shared_experts", c["n_shared_experts"] * moe_inter, d, fp8,
+                                            shard=True)
             else:
-                L["mlp"] = self._mlp(ck, lin, p + ".mlp", fp8, shard=True)
+                L["mlp"] = self._mlp(lin, p + ".mlp", c["intermediate_size"], d, fp8, shard=True)
             self.layers.append(L)
         return self
 
-    def _mlp(self, ck: Checkpoint, lin: Any, prefix: str, fp8: bool, shard: bool) -> Dict[str, Any]:
-        inter = ck.shape(prefix + ".gate_proj.weight")[0]
+    def _mlp(self, lin: Any, prefix: str, inter: int, d: int, fp8: bool, shard: bool) -> Dict[str, Any]:
         part = _split(inter, self.world, self.rank, fp8) if shard else None
-        return {"gate": lin(prefix + ".gate_proj", part), "up": lin(prefix + ".up_proj", part),
-                "down": lin(prefix + ".down_proj", None, part), "partial": part is not None}
+        return {"gate": lin(prefix + ".gate_proj", (inter, d), part), "up": lin(prefix + ".up_proj", (inter, d), part),
+                "down": lin(prefix + ".down_proj", (d, inter), None, part), "partial": part is not None}
 
     # ---- collectives ------------------------------------------------------------------------------
 

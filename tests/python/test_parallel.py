@@ -121,6 +121,17 @@ def test_example_two_ranks_nccl(tmp_path):
 # ---- the checkpoint reader ----------------------------------------------------------------------
 
 
+def test_load_checks_every_shape_against_the_config(tmp_path):
+    """A config.json that does not describe the checkpoint: the first tensor of another shape is
+    the error (its slice would otherwise be read as if it were right)."""
+    cfg = json.loads((TINY / "config.json").read_text())
+    cfg["q_lora_rank"] = 128
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "model.safetensors").symlink_to(TINY / "model.safetensors")
+    with pytest.raises(dsa.Error, match=r"q_a_proj.weight' shape = \[256, 256\]; expected \[128, 256\]"):
+        P.Transformer.load(tmp_path)
+
+
 def _write(path, header, data=b""):
     raw = json.dumps(header).encode()
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
