@@ -63,10 +63,10 @@ inline constexpr index_t linear_k_chunk = 1024;
 
 /// TR <= 4 rows of the fp32 block xf (row stride `in`) against one output group's G = 4 weight
 /// rows wr, over k in [k0, k1) (multiples of the lane count): acc[i][j] += lanes of x_i * w_j,
-/// in ascending k.
+/// in ascending k. Each weight row's line `prefetch_bytes` ahead of k is asked for.
 template <int TR, class W>
 DSA_FORCEINLINE void linear_lanes(const float* xf, index_t in, const W* const* wr, index_t k0, index_t k1,
-                                  vfloat (&acc)[4][4]) {
+                                  vfloat (&acc)[4][4], std::uintptr_t prefetch_bytes = gemv_row_prefetch) {
   constexpr index_t L = lanes<float>;
   constexpr index_t G = 4;
   for (index_t k = k0; k < k1; k += L) {
@@ -74,7 +74,7 @@ DSA_FORCEINLINE void linear_lanes(const float* xf, index_t in, const W* const* w
 #pragma GCC unroll 4
     for (index_t j = 0; j < G; ++j) {
       if (k % (64 / static_cast<index_t>(sizeof(W))) == 0) {
-        __builtin_prefetch(prefetch_address(wr[j] + k, gemv_row_prefetch), 0, 3);
+        __builtin_prefetch(prefetch_address(wr[j] + k, prefetch_bytes), 0, 3);
       }
       wv[j] = load_vec(wr[j] + k);
     }
@@ -114,14 +114,14 @@ DSA_FORCEINLINE void linear_tile(const float* xf, index_t in, const W* const* wr
 /// TR-row tile i0 of a chunked block: its accumulators from memory, one chunk, back to memory.
 template <int TR, class W>
 DSA_FORCEINLINE void linear_chunk_tile(const float* xf, index_t in, const W* const* wr, index_t k0, index_t k1,
-                                       vfloat (*mem)[4]) {
+                                       vfloat (*mem)[4], std::uintptr_t prefetch_bytes) {
   vfloat acc[4][4];
 #pragma GCC unroll 4
   for (int i = 0; i < TR; ++i) {
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) acc[i][j] = mem[i][j];
   }
-  linear_lanes<TR>(xf, in, wr, k0, k1, acc);
+  linear_lanes<TR>(xf, in, wr, k0, k1, acc, prefetch_bytes);
 #pragma GCC unroll 4
   for (int i = 0; i < TR; ++i) {
 #pragma GCC unroll 4
@@ -139,14 +139,20 @@ void linear_group_chunked(const float* xf, index_t in, index_t rows, const W* co
   for (index_t i = 0; i < rows; ++i) {
     for (int j = 0; j < 4; ++j) mem[i][j] = vfloat{};
   }
+  // The first tile of a chunk streams the chunk's weights (asking 1 KB ahead); the others read
+  // them from L1 and meanwhile ask for the next chunk's, so that memory is not idle while they
+  // compute (a block of 8 rows: 1.25x).
+  constexpr std::uintptr_t next_chunk = linear_k_chunk * sizeof(W);
   for (index_t k0 = 0; k0 < inv; k0 += linear_k_chunk) {
     const index_t k1 = std::min(inv, k0 + linear_k_chunk);
     index_t i = 0;
-    for (; i + 4 <= rows; i += 4) linear_chunk_tile<4>(xf + i * in, in, wr, k0, k1, mem + i);
+    for (; i + 4 <= rows; i += 4) {
+      linear_chunk_tile<4>(xf + i * in, in, wr, k0, k1, mem + i, i == 0 ? gemv_row_prefetch : next_chunk);
+    }
     switch (rows - i) {
-      case 1: linear_chunk_tile<1>(xf + i * in, in, wr, k0, k1, mem + i); break;
-      case 2: linear_chunk_tile<2>(xf + i * in, in, wr, k0, k1, mem + i); break;
-      case 3: linear_chunk_tile<3>(xf + i * in, in, wr, k0, k1, mem + i); break;
+      case 1: linear_chunk_tile<1>(xf + i * in, in, wr, k0, k1, mem + i, next_chunk); break;
+      case 2: linear_chunk_tile<2>(xf + i * in, in, wr, k0, k1, mem + i, next_chunk); break;
+      case 3: linear_chunk_tile<3>(xf + i * in, in, wr, k0, k1, mem + i, next_chunk); break;
       default: break;
     }
   }
