@@ -84,11 +84,13 @@ def test_example_two_ranks_gloo(tmp_path):
 def test_golden_replay_two_ranks(tmp_path):
     script = tmp_path / "replay.py"
     script.write_text(
-        "import json, sys, torch.distributed as dist, dsa.parallel as P\n"
+        "import json, os, sys, torch.distributed as dist, dsa.parallel as P\n"
         "dist.init_process_group('gloo')\n"
         "r = P.validate_model(sys.argv[1], threads=1)\n"
-        "open(f'report{dist.get_rank()}.json', 'w').write(json.dumps({'rank': dist.get_rank(), **r}))\n"
-        "dist.destroy_process_group()\n")
+        "with open(f'report{dist.get_rank()}.json', 'w') as f:\n"
+        "    f.write(json.dumps({'rank': dist.get_rank(), **r}))\n"
+        "dist.destroy_process_group()\n"
+        "os._exit(0)  # as the example: Gloo can abort an exiting interpreter (pytorch#190489)\n")
     r = _torchrun(tmp_path, script, GOLDEN)
     assert r.returncode == 0, r.stdout + r.stderr
     reports = [json.loads((tmp_path / f"report{i}.json").read_text()) for i in range(2)]
