@@ -162,8 +162,8 @@ class _Linear:
         self.act_format = act_format
         self.fp8 = prefix + ".weight_scale_inv" in ck
         if self.fp8:
-            for what, r in (("rows", rows), ("columns", cols)):
-                if r is not None and (r[0] % 128 or (r[1] % 128 and r[1] != ck.shape(name)[0 if what == "rows" else 1])):
+            for what, r, n in (("rows", rows, shape[0]), ("columns", cols, shape[1])):
+                if r is not None and (r[0] % 128 or (r[1] % 128 and r[1] != n)):
                     A.fail("parallel.Transformer.load", f"{prefix} {what}", f"[{r[0]}, {r[1]})",
                            "a slice of whole 128 x 128 FP8 scale blocks")
             self.q = ck.read(name, rows, cols, device, shape)
@@ -173,10 +173,6 @@ class _Linear:
                              (-(-shape[0] // 128), -(-shape[1] // 128))).float()
         else:
             self.w = ck.read(name, rows, cols, device, shape)
-
-    @property
-    def out_features(self) -> int:
-        return (self.q if self.fp8 else self.w).shape[0]
 
     def nbytes(self) -> int:
         if self.fp8:
