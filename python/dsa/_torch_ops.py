@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
+from . import _arrays as A
 from . import _core
 
 _FP8 = "float8_e4m3fn"
@@ -376,12 +377,13 @@ def _routable(args: Dict[str, Any], kinds) -> bool:
 
 
 def _dtype_arg(v: Any) -> Any:
-    """A torch dtype as its dsa name (the schema takes names); anything else as it is."""
-    t = _t()
-    if isinstance(v, t.dtype):
-        for n in ("float32", "bfloat16", _FP8, "uint8", "int32", "int64"):
-            if v == getattr(t, n, None):
-                return n
+    """A torch dtype as its dsa name (the schema takes names; _arrays.dtype_name maps it);
+    anything else as it is, for the direct path to name."""
+    if isinstance(v, _t().dtype):
+        try:
+            return A.dtype_name(v)
+        except A.Error:
+            return v
     return v
 
 

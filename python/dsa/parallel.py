@@ -427,8 +427,7 @@ class Transformer:
         shared = L.get("shared")
         if shared is not None and shared["partial"]:
             y += self._mlp_forward(shared, x)
-        if self.world > 1:
-            self._all_reduce(y)
+        self._all_reduce(y)
         if shared is not None and not shared["partial"]:
             y += self._mlp_forward(shared, x).float()
         return y.to(torch.bfloat16)
