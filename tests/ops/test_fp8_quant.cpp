@@ -341,7 +341,9 @@ TEST_CASE("the CPU backend's vector group loops equal the scalar numerics for ev
     random_floats.push_back(v);
   }
   const std::vector<float> scales = {1.0f, 0x1p-10f, 0x1p-22f, 0x1p20f, 0x1p-126f, 0x1p126f, 3.0f / 448.0f, 1e-4f / 448.0f,
-                                     0.37f, 1e-38f, 0x1p-140f, std::numeric_limits<float>::infinity(),
+                                     0.37f, 1e-38f, 0x1p-140f,
+                                     // The edges of the AVX2 bf16 paths' exponent ranges.
+                                     0x1p-116f, 0x1p-117f, 0x1p-118f, 0x1p-120f, 0x1p119f, 0x1p120f, std::numeric_limits<float>::infinity(),
                                      std::numeric_limits<float>::quiet_NaN(), 0.0f};
   auto check_quant = [&](const auto& x, float s, index_t len) {
     using T = typename std::decay_t<decltype(x)>::value_type;

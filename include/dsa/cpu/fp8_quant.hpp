@@ -56,6 +56,31 @@ DSA_FORCEINLINE std::uint8_t fp8_quant_encode_clamped(float v) {
   return static_cast<std::uint8_t>(a > 0x7F800000u ? 0x7Fu : (sign | code));
 }
 
+#if DSA_CPU_HAS_AVX2
+// The 16-bit paths of bf16 groups with a power-of-two scale 2^k (fp8_quant_bf16_pow2_*,
+// fp8_dequant_bf16_pow2_*) run twice the lanes of the fp32 ones, which they equal bit for bit:
+// - Quantize: x * 2^-k is exact, so its bf16 pattern is x's minus k << 7 (saturating at 0 and
+//   at 0x7FFF, both ending where the fp32 path ends: code 0 and the 448 clamp), and with the low
+//   16 bits zero the fp32 encode's normal formula runs on 16 bits. Blocks that hold an e4m3
+//   subnormal quotient (2^-10 < |v| < 2^-6: at or below 2^-10 the code is 0, which the normal
+//   formula gives too), an inf or a NaN go through the fp32 encode instead. k >= -116 keeps every
+//   bf16 subnormal x below 2^-10 after the scaling (its pattern is not exponent + mantissa).
+// - Dequantize, -117 <= k <= 119: every product is a normal float with at most 4 significant
+//   bits, so it and its bf16 are exact; the pattern is the code's bits moved into place (normal
+//   codes), a lookup of the subnormal codes' patterns (a byte shuffle selecting both bytes of a
+//   16-bit entry), or the NaN that the fp32 path gives.
+// Each returns how many leading values it converted; the fp32 loops do the rest.
+inline constexpr int fp8_bf16_pow2_quant_min_k = -116;
+inline constexpr int fp8_bf16_pow2_dequant_min_k = -117, fp8_bf16_pow2_dequant_max_k = 119;
+
+// bf16 patterns of the subnormal codes' values m x 2^(k - 9), m = 0..7.
+DSA_FORCEINLINE __m128i e4m3_subnormal_bf16_patterns(int k) {
+  const __m128i at_k0 = _mm_setr_epi16(0, 0x3B00, 0x3B80, 0x3BC0, 0x3C00, 0x3C20, 0x3C40, 0x3C60);
+  const __m128i nonzero = _mm_setr_epi16(0, -1, -1, -1, -1, -1, -1, -1);
+  return _mm_add_epi16(at_k0, _mm_and_si128(nonzero, _mm_set1_epi16(static_cast<short>(k << 7))));
+}
+#endif
+
 #if DSA_CPU_HAS_AVX512
 // The clamp of fp8_quant_group and fp8_quant_encode_clamped on 16 lanes; the 16 codes. The
 // clamp to +-448 is folded into the final min(code, 0x7E): the normal-range formula is monotonic
@@ -78,6 +103,55 @@ DSA_FORCEINLINE __m128i fp8_quant_encode16(__m512 v) {
   code = _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80), 0xF8);  // a | (b & c)
   code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7F800000)), _mm512_set1_epi32(0x7F));
   return _mm512_cvtepi32_epi8(code);
+}
+
+// The 16-bit quantize path (above) on 32 lanes.
+inline index_t fp8_quant_bf16_pow2_avx512(const bf16* x, index_t len, int k, fp8_e4m3* q) {
+  if (k < fp8_bf16_pow2_quant_min_k) return 0;
+  const __m512i up = _mm512_set1_epi16(static_cast<short>(k < 0 ? -k << 7 : 0));
+  const __m512i down = _mm512_set1_epi16(static_cast<short>(k > 0 ? k << 7 : 0));
+  const __m512 inv = _mm512_castsi512_ps(_mm512_set1_epi32((127 - k) << 23));
+  index_t i = 0;
+  for (; i + 32 <= len; i += 32) {
+    const __m512i raw = _mm512_loadu_si512(static_cast<const void*>(x + i));
+    const __m512i a = _mm512_and_si512(raw, _mm512_set1_epi16(0x7FFF));
+    const __m512i v = _mm512_subs_epu16(_mm512_adds_epi16(a, up), down);  // |x * 2^-k|'s pattern
+    const __mmask32 special =
+        _mm512_mask_cmpgt_epi16_mask(_mm512_cmpgt_epi16_mask(v, _mm512_set1_epi16(117 << 7)), _mm512_set1_epi16(121 << 7), v) |
+        _mm512_cmpgt_epi16_mask(a, _mm512_set1_epi16(0x7F7F));
+    if (special == 0) [[likely]] {
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi16(1));
+      __m512i code = _mm512_srli_epi16(_mm512_add_epi16(_mm512_add_epi16(v, _mm512_set1_epi16(7)), lsb), 4);
+      code = _mm512_min_epu16(_mm512_subs_epu16(code, _mm512_set1_epi16((127 - 7) << 3)), _mm512_set1_epi16(0x7E));
+      code = _mm512_ternarylogic_epi32(code, _mm512_srli_epi16(raw, 8), _mm512_set1_epi16(0x80), 0xF8);  // a | (b & c)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm512_cvtepi16_epi8(code));
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), fp8_quant_encode16(_mm512_mul_ps(avx512_load16(x + i), inv)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i + 16),
+                       fp8_quant_encode16(_mm512_mul_ps(avx512_load16(x + i + 16), inv)));
+    }
+  }
+  return i;
+}
+
+// The 16-bit dequantize path (above) on 32 lanes.
+inline index_t fp8_dequant_bf16_pow2_avx512(const fp8_e4m3* q, index_t len, int k, bf16* y) {
+  if (k < fp8_bf16_pow2_dequant_min_k || k > fp8_bf16_pow2_dequant_max_k) return 0;
+  const __m512i sub_table = _mm512_broadcast_i32x4(e4m3_subnormal_bf16_patterns(k));
+  const __m512i bias = _mm512_set1_epi16(static_cast<short>((120 + k) << 7));
+  index_t i = 0;
+  for (; i + 32 <= len; i += 32) {
+    const __m512i c = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i)));
+    const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi16(0x7F));
+    __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), bias);
+    // Byte indices 2m and 2m + 1 select subnormal entry m (only lanes with m < 8 use it).
+    const __m512i index = _mm512_add_epi16(_mm512_mullo_epi16(mag, _mm512_set1_epi16(0x0202)), _mm512_set1_epi16(0x0100));
+    v = _mm512_mask_blend_epi16(_mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8)), v, _mm512_shuffle_epi8(sub_table, index));
+    v = _mm512_mask_mov_epi16(v, _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7F)), _mm512_set1_epi16(0x7FC0));
+    v = _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(c, 8), _mm512_set1_epi16(static_cast<short>(0x8000)), 0xF8);
+    _mm512_storeu_si512(static_cast<void*>(y + i), v);
+  }
+  return i;
 }
 
 #elif DSA_CPU_HAS_AVX2
@@ -103,6 +177,62 @@ DSA_FORCEINLINE __m128i fp8_quant_pack16(__m256i lo, __m256i hi) {
   // packus interleaves the 128-bit halves; the permutes restore the order.
   const __m256i words = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi16(words, words), 0x08));
+}
+
+// The 16-bit quantize path (above) on 16 lanes, blocks of 32.
+inline index_t fp8_quant_bf16_pow2_avx2(const bf16* x, index_t len, int k, fp8_e4m3* q) {
+  if (k < fp8_bf16_pow2_quant_min_k) return 0;
+  const __m256i up = _mm256_set1_epi16(static_cast<short>(k < 0 ? -k << 7 : 0));
+  const __m256i down = _mm256_set1_epi16(static_cast<short>(k > 0 ? k << 7 : 0));
+  const __m256 inv = _mm256_castsi256_ps(_mm256_set1_epi32((127 - k) << 23));
+  auto encode16 = [&](__m256i raw, __m256i& special) {
+    const __m256i a = _mm256_and_si256(raw, _mm256_set1_epi16(0x7FFF));
+    const __m256i v = _mm256_subs_epu16(_mm256_adds_epi16(a, up), down);  // |x * 2^-k|'s pattern
+    special = _mm256_or_si256(special, _mm256_and_si256(_mm256_cmpgt_epi16(v, _mm256_set1_epi16(117 << 7)),
+                                                        _mm256_cmpgt_epi16(_mm256_set1_epi16(121 << 7), v)));
+    special = _mm256_or_si256(special, _mm256_cmpgt_epi16(a, _mm256_set1_epi16(0x7F7F)));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi16(1));
+    __m256i code = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(v, _mm256_set1_epi16(7)), lsb), 4);
+    code = _mm256_min_epu16(_mm256_subs_epu16(code, _mm256_set1_epi16((127 - 7) << 3)), _mm256_set1_epi16(0x7E));
+    return _mm256_or_si256(code, _mm256_and_si256(_mm256_srli_epi16(raw, 8), _mm256_set1_epi16(0x80)));
+  };
+  index_t i = 0;
+  for (; i + 32 <= len; i += 32) {
+    __m256i special = _mm256_setzero_si256();
+    const __m256i lo = encode16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), special);
+    const __m256i hi = encode16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16)), special);
+    if (_mm256_testz_si256(special, special)) [[likely]] {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i),
+                          _mm256_permute4x64_epi64(_mm256_packus_epi16(lo, hi), 0xD8));
+    } else {
+      for (index_t j = i; j < i + 32; j += 16) {
+        const __m256i c0 = fp8_quant_encode8(_mm256_mul_ps(avx2_load8(x + j), inv));
+        const __m256i c1 = fp8_quant_encode8(_mm256_mul_ps(avx2_load8(x + j + 8), inv));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j), fp8_quant_pack16(c0, c1));
+      }
+    }
+  }
+  return i;
+}
+
+// The 16-bit dequantize path (above) on 16 lanes.
+inline index_t fp8_dequant_bf16_pow2_avx2(const fp8_e4m3* q, index_t len, int k, bf16* y) {
+  if (k < fp8_bf16_pow2_dequant_min_k || k > fp8_bf16_pow2_dequant_max_k) return 0;
+  const __m256i sub_table = _mm256_broadcastsi128_si256(e4m3_subnormal_bf16_patterns(k));
+  const __m256i bias = _mm256_set1_epi16(static_cast<short>((120 + k) << 7));
+  index_t i = 0;
+  for (; i + 16 <= len; i += 16) {
+    const __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i)));
+    const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi16(0x7F));
+    __m256i v = _mm256_add_epi16(_mm256_slli_epi16(mag, 4), bias);
+    // Byte indices 2m and 2m + 1 select subnormal entry m (only lanes with m < 8 use it).
+    const __m256i index = _mm256_add_epi16(_mm256_mullo_epi16(mag, _mm256_set1_epi16(0x0202)), _mm256_set1_epi16(0x0100));
+    v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(sub_table, index), _mm256_cmpgt_epi16(_mm256_set1_epi16(8), mag));
+    v = _mm256_blendv_epi8(v, _mm256_set1_epi16(0x7FC0), _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F)));
+    v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x80)), 8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), v);
+  }
+  return i;
 }
 #endif
 
@@ -168,6 +298,9 @@ void fp8_quant_group(const T* x, index_t len, float s, fp8_e4m3* q) {
   const float inv = detail::bits_float((254u - exp) << 23);
   index_t i = 0;
 #if DSA_CPU_HAS_AVX512
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (pow2) i = fp8_quant_bf16_pow2_avx512(x, len, static_cast<int>(exp) - 127, q);
+  }
   if (pow2) {
     const __m512 iv = _mm512_set1_ps(inv);
     for (; i + 16 <= len; i += 16) {
@@ -182,6 +315,9 @@ void fp8_quant_group(const T* x, index_t len, float s, fp8_e4m3* q) {
     }
   }
 #elif DSA_CPU_HAS_AVX2
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (pow2) i = fp8_quant_bf16_pow2_avx2(x, len, static_cast<int>(exp) - 127, q);
+  }
   if (pow2) {
     const __m256 iv = _mm256_set1_ps(inv);
     for (; i + 16 <= len; i += 16) {
@@ -229,6 +365,18 @@ inline const float* fp8_quant_e4m3_values() {
 template <class T>
 void fp8_dequant_range(const fp8_e4m3* q, index_t len, float s, T* y, const float* values) {
   index_t i = 0;
+#if DSA_CPU_HAS_AVX2
+  if constexpr (std::is_same_v<T, bf16>) {
+    const std::uint32_t sb = detail::float_bits(s);
+    if ((sb & 0x807FFFFFu) == 0u && (sb >> 23) != 0u) {  // 2^k, k normal (inf fails the k range)
+#if DSA_CPU_HAS_AVX512
+      i = fp8_dequant_bf16_pow2_avx512(q, len, static_cast<int>(sb >> 23) - 127, y);
+#else
+      i = fp8_dequant_bf16_pow2_avx2(q, len, static_cast<int>(sb >> 23) - 127, y);
+#endif
+    }
+  }
+#endif
 #if DSA_CPU_HAS_AVX512
   // A NaN scale stays on the scalar loop: NaN code * NaN scale returns one of the two NaNs, and
   // which one depends on the operand order the compiler picks for each loop.
