@@ -43,79 +43,30 @@ from . import _arrays as A
 from . import _core
 from ._torch_ops import register_torch_ops
 
-_ST_DTYPES = {  # safetensors dtype: (NumPy element type for reading, torch dtype name, bytes)
-    "BF16": (np.uint16, "bfloat16", 2),
-    "F8_E4M3": (np.uint8, "float8_e4m3fn", 1),
-    "F32": (np.float32, "float32", 4),
-    "I32": (np.int32, "int32", 4),
-    "I64": (np.int64, "int64", 8),
+_ST_DTYPES = {  # safetensors dtype: (NumPy element type for reading, torch dtype name)
+    "BF16": (np.uint16, "bfloat16"),
+    "F8_E4M3": (np.uint8, "float8_e4m3fn"),
+    "F32": (np.float32, "float32"),
+    "I32": (np.int32, "int32"),
+    "I64": (np.int64, "int64"),
 }
-_MAX_HEADER = 100 << 20  # a real shard's JSON header is a few MB at most
 
 
 class Checkpoint:
-    """The tensors of a checkpoint directory's ``*.safetensors`` shards, read by row and column
-    slices: only the slice's bytes are read (memory-mapped), so a rank never loads the whole
-    model. Headers are checked before anything is read (offsets inside the file, sizes that match
-    dtype and shape)."""
+    """The tensors of a checkpoint, read by row and column slices: only the slice's bytes are read
+    (memory-mapped), so a rank never loads the whole model. The shards are found and their
+    headers checked by the C++ loader (``_core.checkpoint_tensors``: the same checks as
+    ``dsa.Transformer.load``) before anything is read."""
 
-    def __init__(self, dir: str, files: Optional[List[str]] = None) -> None:
-        """The checkpoint of `dir` as the C++ loader finds it (the shards
-        model.safetensors.index.json names, else model.safetensors), or the given `files` of it."""
-        op = "parallel.Checkpoint"
+    def __init__(self, path: str) -> None:
+        """The checkpoint at `path`: a directory (the shards model.safetensors.index.json names,
+        else model.safetensors), its index file, or one .safetensors file."""
         self._tensors: Dict[str, Tuple[str, str, Tuple[int, ...], int]] = {}
-        if files is None:
-            index = os.path.join(dir, "model.safetensors.index.json")
-            if os.path.exists(index):
-                with open(index) as fh:
-                    weight_map = json.load(fh).get("weight_map")
-                if not isinstance(weight_map, dict):
-                    A.fail(op, index, "no weight_map object", "a Hugging Face safetensors index")
-                files = sorted(set(weight_map.values()))
-            else:
-                files = ["model.safetensors"]
-        for f in files:
-            # A shard is a file of the directory itself: an index naming "../x" or "/etc/x" is refused.
-            if not isinstance(f, str) or os.path.basename(f) != f or f in ("", ".", ".."):
-                A.fail(op, "shard", A.show(str(f)), "a file name inside the checkpoint directory")
-            path = os.path.join(dir, f)
-            if not os.path.isfile(path):
-                A.fail(op, "shard", A.show(path), "an existing safetensors file")
-            self._read_header(path)
-
-    def _read_header(self, path: str) -> None:
-        op = "parallel.Checkpoint"
-        size = os.path.getsize(path)
-        with open(path, "rb") as fh:
-            raw = fh.read(8)
-            n = int.from_bytes(raw, "little") if len(raw) == 8 else -1
-            if not 2 <= n <= min(size - 8, _MAX_HEADER):
-                A.fail(op, path, f"a header length of {n}", f"8 + a JSON header of at most {min(size - 8, _MAX_HEADER)} bytes")
-            try:
-                header = json.loads(fh.read(n))
-            except ValueError as e:
-                A.fail(op, path, "a header that is not JSON", f"a safetensors JSON header ({e})")
-        if not isinstance(header, dict):
-            A.fail(op, path, "a header that is not a JSON object", "a safetensors JSON header")
-        data = 8 + n
-        for name, entry in header.items():
-            if name == "__metadata__":
-                continue
-            where = f"{path}: tensor '{name}'"
-            try:
-                dtype, shape, (b, e) = entry["dtype"], tuple(int(s) for s in entry["shape"]), entry["data_offsets"]
-            except (KeyError, TypeError, ValueError):
-                A.fail(op, where, A.show(str(entry)), "{dtype, shape, data_offsets}")
+        for name, file, dtype, shape, offset in _core.checkpoint_tensors(os.fspath(path)):
             if dtype not in _ST_DTYPES:
-                A.fail(op, where + " dtype", A.show(dtype), "one of " + ", ".join(_ST_DTYPES))
-            nbytes = _ST_DTYPES[dtype][2] * math.prod(shape)
-            if any(s < 0 for s in shape) or not (isinstance(b, int) and isinstance(e, int)) or not (
-                    0 <= b <= e <= size - data) or e - b != nbytes:
-                A.fail(op, where + " data_offsets", f"[{b}, {e}] for shape {list(shape)}",
-                       f"{nbytes} bytes inside the file's {size - data} data bytes")
-            if name in self._tensors:
-                A.fail(op, where, "a second copy", "each tensor in one shard")
-            self._tensors[name] = (path, dtype, shape, data + b)
+                A.fail("parallel.Checkpoint", f"{file}: tensor '{name}' dtype", A.show(dtype),
+                       "one of " + ", ".join(_ST_DTYPES))
+            self._tensors[name] = (file, dtype, tuple(shape), offset)
 
     def __contains__(self, name: str) -> bool:
         return name in self._tensors
@@ -137,7 +88,7 @@ class Checkpoint:
         path, dtype, shape, offset = self._entry(name)
         if expect is not None and shape != tuple(expect):
             A.fail("parallel.Checkpoint", f"tensor '{name}' shape", str(list(shape)), f"{list(expect)} (from config.json)")
-        np_type, torch_name, _ = _ST_DTYPES[dtype]
+        np_type, torch_name = _ST_DTYPES[dtype]
         a = np.memmap(path, dtype=np_type, mode="r", offset=offset, shape=shape) if math.prod(shape) else \
             np.zeros(shape, np_type)
         if rows is not None:
@@ -340,18 +291,20 @@ class Transformer:
 
     # ---- the forward pass -------------------------------------------------------------------------
 
-    def forward(self, seq: _Sequence, tokens: Any, observer: Any = None, *, max_chunk: int = 4096) -> Any:
+    def forward(self, seq: _Sequence, tokens: Any, *, max_chunk: int = 4096, trace: bool = False) -> Any:
         """Appends `tokens` to `seq` (all ranks alike) and returns the last token's logits [vocab]
         float32. A prompt is prefilled in chunks of at most ``max_chunk`` tokens; a chunk of more
         than one token runs the MHA prefill, of one token the absorbed MQA decode, as in the
-        single-process forward (whose bits one rank reproduces). ``observer(layer, topk)`` is
-        called with each chunk's per-layer selection [t, min(index_topk, end)] int32."""
+        single-process forward (whose bits one rank reproduces). With ``trace`` it returns
+        ``(logits, layers)``, the layers as ``dsa.Transformer.forward(trace=True)`` gives them
+        (NumPy arrays on the host, per layer and chunk)."""
         import torch
         from .model import _tokens
         op = "parallel.Transformer.forward"
         if not isinstance(seq, _Sequence) or seq.owner != id(self):
             A.fail(op, "seq", A.typed(seq), "a sequence made by this transformer's new_sequence()")
         max_chunk = A.int_arg(op, "max_chunk", max_chunk, 1)
+        layers: Optional[List[Dict[str, Any]]] = [] if A.flag_arg(op, "trace", trace) else None
         ids = np.asarray(_tokens(tokens, op)).reshape(-1)
         if ids.dtype not in (np.int64, np.int32):
             A.fail(op, "tokens.dtype", str(ids.dtype), "int64 or int32 token ids")
@@ -363,10 +316,10 @@ class Transformer:
             A.fail(op, f"tokens[{bad[0]}]", str(ids[bad[0]]), f"a token id in [0, vocab_size = {self.cfg['vocab_size']})")
         ids = torch.as_tensor(ids.astype(np.int64), device=self.device)
         for b in range(0, t, max_chunk):
-            logits = self._chunk(seq, ids[b:b + max_chunk], observer)
-        return logits
+            logits = self._chunk(seq, ids[b:b + max_chunk], layers)
+        return logits if layers is None else (logits, layers)
 
-    def _chunk(self, seq: _Sequence, ids: Any, observer: Any) -> Any:
+    def _chunk(self, seq: _Sequence, ids: Any, layers: Optional[List[Dict[str, Any]]]) -> Any:
         import torch
         import torch.distributed as dist
         from . import dense
@@ -378,9 +331,17 @@ class Transformer:
         residual = torch.zeros_like(h)
         for l, L in enumerate(self.layers):
             x = dense.add_rms_norm(h, residual, L["input_norm"], self.eps, threads=self.threads)
-            a = self._attention(L, x, positions, seq, l, start, t, observer)
+            a, topk = self._attention(L, x, positions, seq, l, start, t)
             x = dense.add_rms_norm(a, residual, L["post_norm"], self.eps, threads=self.threads)
-            h = self._moe(L, x) if "gate" in L else self._reduced(self._mlp_forward(L["mlp"], x), L["mlp"]["partial"])
+            if "gate" in L:
+                h, experts = self._moe(L, x)
+            else:
+                h, experts = self._reduced(self._mlp_forward(L["mlp"], x), L["mlp"]["partial"]), None
+            if layers is not None:
+                bits = lambda v: v.cpu().view(torch.int16).numpy().view(np.uint16).copy()  # noqa: E731
+                layers.append({"layer": l, "start": start, "topk": topk.cpu().numpy().copy(),
+                               "experts": np.zeros((0, 0), np.int32) if experts is None else experts.cpu().numpy().copy(),
+                               "ffn_out": bits(h), "residual": bits(residual)})
         seq.length += t
         x = dense.add_rms_norm(h[-1:], residual[-1:].clone(), self.norm, self.eps, threads=self.threads)
         logits = dense.linear(x, self.lm_head, out_dtype="float32", threads=self.threads)[0]
@@ -408,7 +369,8 @@ class Transformer:
         g = swiglu(m["gate"](x, threads=self.threads), m["up"](x, threads=self.threads), threads=self.threads)
         return m["down"](g, out_dtype="float32" if m["partial"] else "bfloat16", threads=self.threads)
 
-    def _moe(self, L: Dict[str, Any], x: Any) -> Any:
+    def _moe(self, L: Dict[str, Any], x: Any) -> Tuple[Any, Any]:
+        """The MoE block's output and the routed experts [t, top_k] of each token."""
         import torch
         from .dense import linear
         from .moe import moe_route
@@ -430,10 +392,11 @@ class Transformer:
         self._all_reduce(y)
         if shared is not None and not shared["partial"]:
             y += self._mlp_forward(shared, x).float()
-        return y.to(torch.bfloat16)
+        return y.to(torch.bfloat16), ids
 
     def _attention(self, L: Dict[str, Any], x: Any, positions: Any, seq: _Sequence, l: int, start: int,
-                   t: int, observer: Any = None) -> Any:
+                   t: int) -> Tuple[Any, Any]:
+        """The attention block's output and the indexer's selection [t, min(index_topk, end)]."""
         import torch
         from . import dense, quant
         from .attention import sparse_mha_attention
@@ -455,8 +418,6 @@ class Transformer:
         dense.rope_apply(mla[start:end, None, cl:], positions, layout="interleaved", threads=th, **rope_kw)
 
         topk = self._indexer(L, x, qr, positions, seq, l, start, t, rope_kw)
-        if observer is not None:
-            observer(l, topk)
 
         cached = mla[:end]
         if t > 1:  # MHA prefill: keys and values of the rank's heads, a group of heads at a time
@@ -481,7 +442,7 @@ class Transformer:
                                          rounding="bf16_split", threads=th)
             o = torch.cat([dense.linear(o_lat[:, hh].contiguous(), w_uv[hh], threads=th) for hh in range(h)], 1)
         return self._reduced(L["o"](o, out_dtype="float32" if self.heads_parallel else "bfloat16", threads=th),
-                             self.heads_parallel)
+                             self.heads_parallel), topk
 
     def _decode_weights(self, L: Dict[str, Any], h: int, nope: int, dv: int):
         """W_UK transposed [h, C, nope] and W_UV [h, dv, C] of the rank's heads, from kv_b_proj in
@@ -524,43 +485,25 @@ class Transformer:
         return topk_indices(scores, min(c["index_topk"], end), ranges, threads=th)
 
 
-def validate_model(dir: str, *, group: Any = None, device: Any = "cpu", threads: Optional[int] = None) -> Dict[str, Any]:
+def validate_model(dir: str, *, group: Any = None, device: Any = "cpu", threads: Optional[int] = None,
+                   max_chunk: int = 4096, outputs: bool = False) -> Dict[str, Any]:
     """The golden replay of a model directory (config.json, the checkpoint, expected.safetensors)
-    by this process group's ranks, under dsa_validate --model's criteria (docs/validation.md):
-    teacher-forced decode steps, each step's logits cosine >= 0.99 with the expected ones, the
-    argmax agreeing on all steps but one, and per layer the prefill top-k sets agreeing on >= 98%
-    of their entries on average. A collective: every rank calls it and gets the same report
-    ``{"pass", "cosines", "argmax_mismatches", "topk_agreement"}``."""
+    by this process group's ranks: ``dsa.validate_model``'s replay and criteria (the same C++
+    code judges it: tools/validate/model_replay.hpp) and its report, with this forward pass in
+    place of the single-process one. A collective: every rank calls it and gets the same report.
+    ``outputs=True`` keeps the computed tensors in the report, as dsa.validate_model does."""
+    from .model import _arrays
+    op = "parallel.validate_model"
+    max_chunk = A.int_arg(op, "max_chunk", max_chunk, 1)
+    outputs = A.flag_arg(op, "outputs", outputs)
     model = Transformer.load(dir, group=group, device=device, threads=threads)
-    exp = Checkpoint(os.fspath(dir), ["expected.safetensors"])
-    prompts, generated = exp.read("prompt").numpy(), exp.read("generated").numpy()
-    cosines: List[float] = []
-    mismatches = 0
-    agreement: Dict[int, List[float]] = {}
-    for b in range(prompts.shape[0]):
-        seq = model.new_sequence(prompts.shape[1] + generated.shape[1])
-        layers: Dict[int, Any] = {}
-        steps = [prompts[b].tolist()] + [[int(g)] for g in generated[b]]
-        for i, tokens in enumerate(steps):
-            name = f"step{i}.logits"
-            if name not in exp:
-                break
-            got = model.forward(seq, tokens, (lambda l, k: layers.__setitem__(l, k.cpu().numpy())) if i == 0 else None)
-            got = got.cpu().numpy().astype(np.float64)
-            want = exp.read(name).numpy()[b].astype(np.float64)
-            cosines.append(float(got @ want / (np.linalg.norm(got) * np.linalg.norm(want))))
-            mismatches += int(got.argmax() != want.argmax())
-        for l, sel in layers.items():
-            name = f"step0.layer{l}.topk"
-            if name not in exp:
-                continue
-            want = exp.read(name).numpy()[b]
-            for r, (g_row, w_row) in enumerate(zip(sel, want)):
-                # As dsa_validate (tools/validate/model_replay.hpp): the expected row's causal
-                # entries [0, r] against ours, over the larger set; a row without one is 0.
-                w_set = set(int(v) for v in w_row if 0 <= v <= r)
-                g_set = set(int(v) for v in g_row if v >= 0)
-                agreement.setdefault(l, []).append(len(w_set & g_set) / max(len(w_set), len(g_set)) if w_set else 0.0)
-    topk = {l: float(np.mean(v)) for l, v in agreement.items()}
-    ok = bool(cosines) and min(cosines) >= 0.99 and mismatches <= 1 and all(v >= 0.98 for v in topk.values())
-    return {"pass": ok, "cosines": cosines, "argmax_mismatches": mismatches, "topk_agreement": topk}
+
+    def forward(seq: _Sequence, tokens: List[int], chunk: int) -> Tuple[np.ndarray, List[Dict[str, Any]]]:
+        logits, layers = model.forward(seq, tokens, max_chunk=chunk, trace=True)
+        return logits.cpu().numpy(), layers
+
+    backend = f"dsa.parallel, {model.world} rank{'s' if model.world > 1 else ''}, {device}"
+    report = _core.validate_model_with(os.fspath(dir), backend, model.new_sequence, forward, model.num_layers,
+                                       max_chunk, outputs)
+    report["outputs"] = _arrays(report["outputs"])
+    return report

@@ -178,21 +178,11 @@ nb::dict phase_times(const py_transformer& t) {
   return d;
 }
 
-nb::dict validate_model(const std::string& dir, int threads, dsa::index_t max_chunk, bool keep_outputs) {
-  const auto be = cpu_backend(threads, "validate_model");
-  // A Python str may hold a NUL, which would cut the path the C library opens: another directory.
-  if (dir.find('\0') != std::string::npos) {
-    dsa::fail("validate_model", "dir", dsa::quoted(dir), "a path without NUL characters");
-  }
-  dsa_validate::model_case_result r;
-  {
-    nogil release;
-    // Without keep_outputs the replay streams its batch rows and keeps no computed tensors.
-    r = dsa_validate::run_model_case(be, std::filesystem::path(dir), max_chunk, keep_outputs);
-  }
+/// The report of a model replay as the Python dict of dsa.validate_model.
+nb::dict model_report(const std::string& dir, const std::string& backend, dsa_validate::model_case_result& r) {
   nb::dict d;
   d["model"] = dir;
-  d["backend"] = cpu_description(be);
+  d["backend"] = backend;
   d["checks"] = comparison_list(r.result.comparisons);
   d["cosines"] = nb::cast(r.cosines);
   d["argmax_match"] = nb::cast(r.argmax_match);
@@ -207,6 +197,107 @@ nb::dict validate_model(const std::string& dir, int threads, dsa::index_t max_ch
   d["failed"] = failed;
   d["pass"] = r.result.pass();
   return d;
+}
+
+nb::dict validate_model(const std::string& dir, int threads, dsa::index_t max_chunk, bool keep_outputs) {
+  const auto be = cpu_backend(threads, "validate_model");
+  // A Python str may hold a NUL, which would cut the path the C library opens: another directory.
+  if (dir.find('\0') != std::string::npos) {
+    dsa::fail("validate_model", "dir", dsa::quoted(dir), "a path without NUL characters");
+  }
+  dsa_validate::model_case_result r;
+  {
+    nogil release;
+    // Without keep_outputs the replay streams its batch rows and keeps no computed tensors.
+    r = dsa_validate::run_model_case(be, std::filesystem::path(dir), max_chunk, keep_outputs);
+  }
+  return model_report(dir, cpu_description(be), r);
+}
+
+// dsa_validate's model replay (model_detail::replay_model) of a forward pass written in Python
+// (dsa.parallel.Transformer): new_sequence(max_tokens) -> a sequence object, and
+// forward(seq, tokens, max_chunk) -> (logits float32 [vocab], [per layer and chunk: {"layer",
+// "start", "topk" int32 [t, k], "ffn_out" and "residual" bf16 bits uint16 [t, hidden],
+// "experts" int32 [t, top_k]}]), the format of dsa.Transformer.forward(trace=True). Runs with
+// the GIL held: the callbacks are Python.
+class python_model {
+ public:
+  using sequence_type = nb::object;
+  struct batch_entry {
+    sequence_type* seq = nullptr;
+    std::span<const std::int32_t> tokens;
+  };
+
+  python_model(nb::callable new_sequence, nb::callable forward)
+      : new_sequence_(std::move(new_sequence)), forward_(std::move(forward)) {}
+
+  sequence_type new_sequence(dsa::index_t max_tokens) { return new_sequence_(max_tokens); }
+
+  std::vector<std::vector<float>> forward(std::span<const batch_entry> batch, const dsa::model::forward_options& o) {
+    std::vector<std::vector<float>> out;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      nb::list tokens;
+      for (const std::int32_t t : batch[i].tokens) tokens.append(t);
+      const nb::object r = forward_(*batch[i].seq, tokens, o.max_chunk);
+      if (!nb::isinstance<nb::tuple>(r) || nb::len(r) != 2) {
+        dsa::fail(op, "forward()", nb::type_name(r.type()).c_str(), "a tuple (logits, layer traces)");
+      }
+      const auto logits = array<float, 1>(r[0], "forward()[0] (logits)");
+      out.emplace_back(logits.data(), logits.data() + logits.shape(0));
+      for (const nb::handle layer : nb::iter(r[1])) {
+        if (!nb::isinstance<nb::dict>(layer)) {
+          dsa::fail(op, "forward()[1][...]", nb::type_name(layer.type()).c_str(), "a dict per layer and chunk");
+        }
+        const nb::dict d = nb::borrow<nb::dict>(layer);
+        const auto topk = array<std::int32_t, 2>(d["topk"], "trace['topk']");
+        const auto ffn = array<std::uint16_t, 2>(d["ffn_out"], "trace['ffn_out']");
+        const auto res = array<std::uint16_t, 2>(d["residual"], "trace['residual']");
+        const auto exp = array<std::int32_t, 2>(d["experts"], "trace['experts']");
+        const auto view = [](const auto& a) {
+          using T = std::remove_const_t<std::remove_pointer_t<decltype(a.data())>>;
+          using E = std::conditional_t<std::is_same_v<T, std::uint16_t>, dsa::bf16, T>;
+          return dsa::host_view<const E, 2>(reinterpret_cast<const E*>(a.data()),
+                                            {static_cast<dsa::index_t>(a.shape(0)), static_cast<dsa::index_t>(a.shape(1))});
+        };
+        o.observer(dsa::model::layer_trace{nb::cast<dsa::index_t>(d["layer"]), nb::cast<dsa::index_t>(d["start"]),
+                                           view(topk), view(ffn), view(res), view(exp), static_cast<dsa::index_t>(i)});
+      }
+    }
+    return out;
+  }
+
+ private:
+  static constexpr std::string_view op = "validate_model_with";
+
+  template <class T, std::size_t R>
+  static nb::ndarray<const T, nb::ndim<R>, nb::c_contig, nb::device::cpu> array(nb::handle h, const char* what) {
+    nb::ndarray<const T, nb::ndim<R>, nb::c_contig, nb::device::cpu> a;
+    if (!nb::try_cast(h, a, false)) {
+      dsa::fail(op, what, nb::type_name(h.type()).c_str(),
+                std::string("a C-contiguous host array of ") + (std::is_same_v<T, float> ? "float32" :
+                std::is_same_v<T, std::uint16_t> ? "uint16 (bf16 bits)" : "int32") + ", rank " + std::to_string(R));
+    }
+    return a;
+  }
+
+  nb::callable new_sequence_, forward_;
+};
+
+nb::dict validate_model_with(const std::string& dir, const std::string& backend, nb::callable new_sequence,
+                             nb::callable forward, dsa::index_t num_layers, dsa::index_t max_chunk, bool keep_outputs) {
+  if (dir.find('\0') != std::string::npos) {
+    dsa::fail("validate_model_with", "dir", dsa::quoted(dir), "a path without NUL characters");
+  }
+  const std::filesystem::path p(dir);
+  const dsa::safetensors_file exp = dsa::safetensors_file::open(p / "expected.safetensors");
+  const dsa::model::config cfg = dsa::model::config::load(p);
+  if (num_layers < 1 || num_layers > cfg.num_hidden_layers) {
+    dsa::fail("validate_model_with", "num_layers", num_layers,
+              "1 to num_hidden_layers = " + std::to_string(cfg.num_hidden_layers));
+  }
+  python_model m(std::move(new_sequence), std::move(forward));
+  auto r = dsa_validate::replay_model(m, exp, cfg, num_layers, max_chunk, keep_outputs);
+  return model_report(dir, backend, r);
 }
 
 }  // namespace
@@ -263,6 +354,32 @@ void bind_model(nb::module_& m) {
 
   m.def("validate_model", &validate_model, nb::arg("dir"), nb::arg("threads"), nb::arg("max_chunk"),
         nb::arg("keep_outputs"));
+  m.def("validate_model_with", &validate_model_with, nb::arg("dir"), nb::arg("backend"), nb::arg("new_sequence"),
+        nb::arg("forward"), nb::arg("num_layers"), nb::arg("max_chunk"), nb::arg("keep_outputs"));
+
+  // Every tensor of a checkpoint (a directory, its index, or one .safetensors file), as the C++
+  // loader finds and validates it: (name, shard path, dtype, shape, byte offset in the shard).
+  // For a forward pass composed in Python (dsa.parallel) that reads slices of tensors itself,
+  // without a second safetensors parser.
+  m.def(
+      "checkpoint_tensors",
+      [](const std::string& path) {
+        if (path.find('\0') != std::string::npos) {
+          dsa::fail("checkpoint_tensors", "path", dsa::quoted(path), "a path without NUL characters");
+        }
+        const dsa::safetensors_checkpoint ck = dsa::safetensors_checkpoint::open(std::filesystem::path(path));
+        nb::list out;
+        for (const std::string_view name : ck.names()) {
+          const dsa::safetensors_file& f = ck.shard_of(name);
+          const dsa::tensor_info& t = f.at(name);
+          nb::list shape;
+          for (const dsa::index_t d : t.shape) shape.append(d);
+          out.append(nb::make_tuple(std::string(name), f.path().string(), std::string(dsa::dtype_name(t.type)),
+                                    nb::tuple(shape), f.data_offset() + t.begin));
+        }
+        return out;
+      },
+      nb::arg("path"));
 
   // config.json as the forward pass reads it (checked, defaults filled in) and what every layer
   // derives from it, as JSON: for a forward pass composed in Python (dsa.parallel) that must

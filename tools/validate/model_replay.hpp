@@ -517,10 +517,11 @@ class replay_checks {
 
 }  // namespace model_detail
 
-/// Replays the golden model in `dir` on backend `be`: dsa::model::transformer<B> must be complete
-/// where this is instantiated (dsa/model/transformer.hpp for host backends,
-/// dsa/model/cuda/transformer.cuh for dsa::cuda_backend). The observer's views are host views on
-/// every backend, so the comparisons below are the same code for all.
+/// Replays the golden model of expected file `exp` on `m`, the model loaded from its directory
+/// (config `cfg`, `num_layers` layers): a dsa::model::transformer, or any Model with its
+/// sequence_type, batch_entry, new_sequence and batched forward (the Python binding adapts
+/// dsa.parallel.Transformer), so every forward pass is judged by this one set of checks. The
+/// observer's views are host views on every backend, so the comparisons are the same code for all.
 ///
 /// Batches: prompt [B, T] and generated [B, S] (B >= 1, as DeepSeek's reference runs them); each
 /// batch row is replayed as its own sequence and checked on its own (per row: every step's
@@ -541,14 +542,11 @@ class replay_checks {
 /// in balanced chunks of at most `max_chunk` tokens (the index scores of a chunk cost chunk x
 /// length floats: one piece of a 60K-token prompt is 14 GB); a chunked prefill computes the same
 /// bits as one piece on the CPU.
-template <class B>
-model_case_result run_model_case(const B& be, const std::filesystem::path& dir,
-                                 index_t max_chunk = dsa::model::forward_options{}.max_chunk, bool keep_outputs = true,
-                                 std::uint64_t max_kept_bytes = model_replay_max_kept_bytes) {
+template <class Model>
+model_case_result replay_model(Model& m, const dsa::safetensors_file& exp, const dsa::model::config& cfg,
+                               index_t num_layers, index_t max_chunk, bool keep_outputs,
+                               std::uint64_t max_kept_bytes = model_replay_max_kept_bytes) {
   using namespace model_detail;
-  const dsa::safetensors_file exp = dsa::safetensors_file::open(dir / "expected.safetensors");
-  auto m = dsa::model::transformer<B>::load(dir, be);
-  const auto& cfg = m.config();
   const std::string file = dsa::quoted(exp.path().string());
 
   const auto prompt = expected<std::int64_t, 2>(exp, "prompt");
@@ -567,7 +565,7 @@ model_case_result run_model_case(const B& be, const std::filesystem::path& dir,
                       " tokens in all (config.json)");
   }
   if (max_chunk < 1) throw input_error("dsa_validate: max_chunk = " + std::to_string(max_chunk) + "; expected >= 1");
-  replay_checks checks(exp, cfg, m.num_layers(), batch, len, steps, keep_outputs, max_kept_bytes);
+  replay_checks checks(exp, cfg, num_layers, batch, len, steps, keep_outputs, max_kept_bytes);
   // Balanced chunks, so that no chunk is a single token (which would take the decode path, not
   // the prefill the reference runs) unless the prompt is.
   const index_t pieces = dsa::ceil_div(len, max_chunk);
@@ -591,6 +589,18 @@ model_case_result run_model_case(const B& be, const std::filesystem::path& dir,
     for (auto& r : rows) checks.finish_row(r);
   }
   return checks.finish();
+}
+
+/// replay_model of the golden model in `dir` on backend `be`: dsa::model::transformer<B> must be
+/// complete where this is instantiated (dsa/model/transformer.hpp for host backends,
+/// dsa/model/cuda/transformer.cuh for dsa::cuda_backend).
+template <class B>
+model_case_result run_model_case(const B& be, const std::filesystem::path& dir,
+                                 index_t max_chunk = dsa::model::forward_options{}.max_chunk, bool keep_outputs = true,
+                                 std::uint64_t max_kept_bytes = model_replay_max_kept_bytes) {
+  const dsa::safetensors_file exp = dsa::safetensors_file::open(dir / "expected.safetensors");
+  auto m = dsa::model::transformer<B>::load(dir, be);
+  return replay_model(m, exp, m.config(), m.num_layers(), max_chunk, keep_outputs, max_kept_bytes);
 }
 
 }  // namespace dsa_validate
