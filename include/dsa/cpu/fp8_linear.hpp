@@ -227,6 +227,19 @@ struct packed_tiles {
       }
       return false;
     }
+#elif DSA_CPU_HAS_AVX2
+    if constexpr (std::is_same_v<T, float> && NR == 16) {
+      // 2 to 4 rows (one row is as fast through the tile: packed_gemv8_fp32); the step's blocks
+      // lie in one run (nb = gemv_nb(t) divides the run length).
+      constexpr index_t R = packed_fp8_weight::block_run;
+      if (t < 2 || t > 4 || nb != gemv_nb<float>(t) || kb0 / R != (kb0 + nb - 1) / R) return false;
+      switch (t) {
+        case 1: packed_gemv8_fp32<1, gemv_nb<float>(1)>(w, g0, kb0, x, ldx, d); return true;
+        case 2: packed_gemv8_fp32<2, gemv_nb<float>(2)>(w, g0, kb0, x, ldx, d); return true;
+        case 3: packed_gemv8_fp32<3, gemv_nb<float>(3)>(w, g0, kb0, x, ldx, d); return true;
+        default: packed_gemv8_fp32<4, gemv_nb<float>(4)>(w, g0, kb0, x, ldx, d); return true;
+      }
+    }
 #endif
     (void)kb0, (void)nb, (void)t, (void)x, (void)ldx, (void)d;
     return false;

@@ -1,8 +1,9 @@
 // fp8_linear's decode micro-kernels (t <= 4 rows; cpu/fp8_linear.hpp has the overview):
 //  - gemv_micro: t rows x NR outputs over NB k-blocks of pair tiles (kernels/fp8_pair_tile.hpp),
 //    each pair widened to T (float or double) in registers, every block an independent chain;
-//  - packed_gemv_fp32 (AVX-512, fp32 mode, packed weights): the same sums with each quad of
-//    codes decoded and multiplied in registers, no tile stored.
+//  - packed_gemv_fp32 (AVX-512, fp32 mode, packed weights) and packed_gemv8_fp32 (its AVX2
+//    form, 2 to 4 rows): the same sums with each quad of codes decoded and multiplied in
+//    registers, no tile stored.
 // Every output lane sums its block in ascending k from +0, so both give the same bits.
 #pragma once
 
@@ -191,6 +192,101 @@ DSA_FORCEINLINE void packed_gemv_fp32(const packed_fp8_weight& w, index_t g, ind
   }
   for (int b = 0; b < NB; ++b) {
     for (int i = 0; i < MR; ++i) _mm512_store_ps(d + (b * MR + i) * 16, acc[b][i]);
+  }
+}
+#endif
+
+#if DSA_CPU_HAS_AVX2 && !DSA_CPU_HAS_AVX512
+/// packed_quad_fp32 on 8 rows (AVX2, a packed group of 8 rows): quad q of one block (dword j:
+/// codes 4q..4q+3 of row j, at s) decoded and widened in registers, then MR rows of FMAs in
+/// ascending k: the values and order of decode_packed_tile followed by gemv_micro<float>.
+template <bool Special, int MR>
+DSA_FORCEINLINE void packed_quad8_fp32(const std::uint8_t* s, const float* const* xr, __m256* acc) {
+  const __m256i quad = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
+  const __m256i a = decode_high_bytes8<Special, true>(_mm256_slli_epi16(quad, 8));  // codes 4q, 4q + 2
+  const __m256i c = decode_high_bytes8<Special, true>(quad);                        // codes 4q + 1, 4q + 3
+  // Each dword's low word moved to its high word, the low word zeroed (control bytes 0x80).
+  const __m256i low_to_high = _mm256_setr_epi32(0x01008080, 0x05048080, 0x09088080, 0x0D0C8080, 0x01008080, 0x05048080,
+                                                0x09088080, 0x0D0C8080);
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m256 w0 = _mm256_castsi256_ps(_mm256_shuffle_epi8(a, low_to_high));
+  const __m256 w1 = _mm256_castsi256_ps(_mm256_shuffle_epi8(c, low_to_high));
+  const __m256 w2 = _mm256_castsi256_ps(_mm256_and_si256(a, high));
+  const __m256 w3 = _mm256_castsi256_ps(_mm256_and_si256(c, high));
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const float* xi = xr[i];
+    __m256 r = acc[i];
+    r = _mm256_fmadd_ps(_mm256_broadcast_ss(xi + 0), w0, r);
+    r = _mm256_fmadd_ps(_mm256_broadcast_ss(xi + 1), w1, r);
+    r = _mm256_fmadd_ps(_mm256_broadcast_ss(xi + 2), w2, r);
+    r = _mm256_fmadd_ps(_mm256_broadcast_ss(xi + 3), w3, r);
+    acc[i] = r;
+  }
+}
+
+/// Quads [q0, q1) of NB blocks of one run for both packed groups of a 16-output panel (group
+/// h's quad q of block b at src[h] + q * stride + b * 32; row i's activations of block b at
+/// x + i * ldx + b * 128) into acc[b][h].
+template <bool Special, int MR, int NB>
+DSA_FORCEINLINE void packed_quads8_fp32(index_t q0, index_t q1, const std::uint8_t* const* src, index_t stride,
+                                        const float* DSA_RESTRICT x, index_t ldx, __m256 (*acc)[2][MR]) {
+  for (index_t q = q0; q < q1; ++q) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const std::uint8_t* line = src[h] + q * stride;
+      // The stream NB * 32 bytes per quad: one prefetch per 64-byte line, a run ahead.
+      for (int b = 0; b < NB; b += 2) {
+        _mm_prefetch(static_cast<const char*>(prefetch_address(line + b * 32, packed_tile_prefetch)), _MM_HINT_T1);
+      }
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b) {
+        const float* xr[MR];
+        for (int i = 0; i < MR; ++i) xr[i] = x + i * ldx + b * block + 4 * q;
+        packed_quad8_fp32<Special, MR>(line + b * 32, xr, acc[b][h]);
+      }
+    }
+  }
+}
+
+/// The AVX2 form of packed_gemv_fp32: the fp32 block dots of MR <= 4 rows with the 16 outputs of
+/// groups g, g + 1 for NB blocks from kb0 (within one run), into d[(b * MR + i) * 16 + j], the
+/// codes decoded in registers. The 2 x NB x MR accumulators (gemv_nb's budget: at most 8 of the
+/// 16 ymm) stay in registers; each range of 8 quads takes the slow-code decode when any of its
+/// blocks holds a slow code. Against the pair tile stored and reloaded (x86-64-v3 build, 7168 ->
+/// 2048 from DRAM, one thread): 8-13% faster for t = 2..4, 3-6% slower for t = 1, whose decode
+/// operations, not the tile's loads and stores, bound both forms; fp8_linear uses it for t >= 2.
+template <int MR, int NB>
+DSA_FORCEINLINE void packed_gemv8_fp32(const packed_fp8_weight& w, index_t g, index_t kb0, const float* DSA_RESTRICT x,
+                                       index_t ldx, float* DSA_RESTRICT d) {
+  const std::uint8_t* src[2] = {w.block_codes(g, kb0), w.block_codes(g + 1, kb0)};
+  const index_t stride = w.quad_stride(kb0);
+  unsigned special = 0;  // bit r: range r of some block is slow
+  for (int h = 0; h < 2; ++h) {
+    for (int b = 0; b < NB; ++b) special |= w.special(g + h, kb0 + b);
+  }
+  __m256 acc[NB][2][MR];
+  for (int b = 0; b < NB; ++b) {
+    for (int h = 0; h < 2; ++h) {
+      for (int i = 0; i < MR; ++i) acc[b][h][i] = _mm256_setzero_ps();
+    }
+  }
+  if (special == 0) {
+    packed_quads8_fp32<false, MR, NB>(0, quads, src, stride, x, ldx, acc);
+  } else {
+    for (index_t r = 0; r < 4; ++r) {
+      const index_t q0 = r * (quads / 4), q1 = q0 + quads / 4;
+      if (((special >> r) & 1u) == 0) {
+        packed_quads8_fp32<false, MR, NB>(q0, q1, src, stride, x, ldx, acc);
+      } else {
+        packed_quads8_fp32<true, MR, NB>(q0, q1, src, stride, x, ldx, acc);
+      }
+    }
+  }
+  for (int b = 0; b < NB; ++b) {
+    for (int i = 0; i < MR; ++i) {
+      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(d + (b * MR + i) * 16 + 8 * h, acc[b][h][i]);
+    }
   }
 }
 #endif
