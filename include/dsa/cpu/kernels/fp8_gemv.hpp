@@ -47,7 +47,7 @@ DSA_FORCEINLINE void packed_quad_fp32(const std::uint8_t* s, const float* const*
   const __m512 w1 = _mm512_castsi512_ps(_mm512_shuffle_epi8(c, low_to_high));
   const __m512 w2 = _mm512_castsi512_ps(_mm512_and_si512(a, high));
   const __m512 w3 = _mm512_castsi512_ps(_mm512_and_si512(c, high));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     const float* xi = xr[i];
     __m512 r = acc[i];
