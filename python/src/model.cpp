@@ -253,6 +253,14 @@ class python_model {
         const auto ffn = array<std::uint16_t, 2>(d["ffn_out"], "trace['ffn_out']");
         const auto res = array<std::uint16_t, 2>(d["residual"], "trace['residual']");
         const auto exp = array<std::int32_t, 2>(d["experts"], "trace['experts']");
+        // The checks read a row of each per row of topk: every array must have those rows.
+        const std::size_t rows = topk.shape(0);
+        if (ffn.shape(0) != rows || res.shape(0) != rows || (exp.shape(0) != rows && exp.size() != 0)) {
+          dsa::fail(op, "trace rows", "topk " + std::to_string(rows) + ", ffn_out " + std::to_string(ffn.shape(0)) +
+                                          ", residual " + std::to_string(res.shape(0)) + ", experts " +
+                                          std::to_string(exp.shape(0)),
+                    "the same rows (one per token of the chunk; experts may be empty)");
+        }
         const auto view = [](const auto& a) {
           using T = std::remove_const_t<std::remove_pointer_t<decltype(a.data())>>;
           using E = std::conditional_t<std::is_same_v<T, std::uint16_t>, dsa::bf16, T>;

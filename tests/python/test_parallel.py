@@ -130,13 +130,20 @@ def test_one_rank_golden_replay_is_dsa_validate_model():
         np.testing.assert_array_equal(r["outputs"][name], want, err_msg=name)
 
 
-def test_validate_model_with_rejects_a_bad_trace(tmp_path):
+@pytest.mark.parametrize("trace, match", [
+    ({"topk": np.zeros((1, 1))}, r"trace\['topk'\].*int32"),
+    ({"ffn_out": np.zeros((1, 256), np.uint16)}, r"trace rows = topk 2, ffn_out 1"),
+])
+def test_validate_model_with_rejects_a_bad_trace(trace, match):
+    """A forward written in Python is checked where the C++ one is trusted: the replay reads each
+    array's rows, so their dtypes and row counts are checked before it does."""
     m = P.Transformer.load(GOLDEN, threads=1)
-    with pytest.raises(dsa.Error, match=r"trace\['topk'\].*int32"):
+    hidden = m.cfg["hidden_size"]
+    layer = {"layer": 0, "start": 0, "topk": np.zeros((2, 2), np.int32), "experts": np.zeros((0, 0), np.int32),
+             "ffn_out": np.zeros((2, hidden), np.uint16), "residual": np.zeros((2, hidden), np.uint16), **trace}
+    with pytest.raises(dsa.Error, match=match):
         dsa._core.validate_model_with(str(GOLDEN), "test", m.new_sequence,
-                                      lambda seq, tokens, chunk: (np.zeros(m.cfg["vocab_size"], np.float32),
-                                                                  [{"layer": 0, "start": 0, "topk": np.zeros((1, 1)),
-                                                                    "ffn_out": None, "residual": None, "experts": None}]),
+                                      lambda seq, tokens, chunk: (np.zeros(m.cfg["vocab_size"], np.float32), [layer]),
                                       m.num_layers, 4096, False)
 
 
