@@ -309,7 +309,7 @@ struct fp8_out_rows {
   }
 };
 
-/// Decode (t <= 4 rows, or up to gemv_max_rows where the register kernel takes every step):
+/// Decode (t <= gemv_tile_rows rows, or up to gemv_max_rows where the register kernel takes every step):
 /// panels of NR outputs split over threads; each panel walks the k-blocks nb at a time: nb pair
 /// tiles, one micro-kernel call for all rows, then every block's promotion in ascending order.
 template <class T, index_t NR, class Codes>
@@ -319,7 +319,8 @@ void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, co
   const index_t out = out_features(w);
   const index_t nkb = in / block;
   const index_t panels = (out + NR - 1) / NR;
-  const int nb_max = t > 4 ? gemv_max_nb : gemv_nb<T>(t);  // more rows: whole runs (gemv_regs_all)
+  // More rows than the tile GEMV takes: whole runs (gemv_regs_all).
+  const int nb_max = t > gemv_tile_rows<T> ? gemv_max_nb : gemv_nb<T>(t);
   constexpr index_t tile_stride = (NR / group_rows) * pair_tile_dwords;
   auto body = [&](index_t p0, index_t p1) {
     std::uint32_t* pt = scratch<std::uint32_t, 1>(static_cast<std::size_t>(gemv_max_nb * tile_stride));
@@ -393,11 +394,12 @@ void fp8_linear_run(const cpu_backend& be, const tensor_view<const X, 2>& x, con
   const index_t t = x.extent(0);
   const index_t in = x.extent(1);
   const index_t nkb = in / block;
-  if (t <= 4 || tiles_of<shape::gemv_nr>(w).template gemv_regs_all<T>(t)) {
+  if (t <= gemv_tile_rows<T> || tiles_of<shape::gemv_nr>(w).template gemv_regs_all<T>(t)) {
     // Decode: the activations are a few KB (decoded on the calling thread's scratch, read by
     // every worker); the weights stream once. 5 to 8 rows (a batched decode step) where the
-    // register kernel takes them: it decodes each code once for all rows, where the prefill
-    // path below stores and reloads a widened tile per block (35% of the FMA peak at 8 rows).
+    // tile GEMV (exact mode, AVX-512) or the register kernel (fp32 mode, packed) takes them: it
+    // decodes each code once for all rows, where the prefill path below stores and reloads a
+    // widened tile per block (23-37% of the FMA peak at 8 rows).
     T* xv = scratch<T, 5>(static_cast<std::size_t>(t * in));
     float* xs = scratch<float, 6>(static_cast<std::size_t>(t * nkb));
     quantize_rows(be, x, 0, t, fmt, xv, xs);

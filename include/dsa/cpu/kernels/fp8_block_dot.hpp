@@ -85,10 +85,15 @@ struct fp8_shape<double> {
 /// k-blocks per decode step for t rows: every block is an independent accumulation chain; the
 /// accumulators (NB x t x NR / lanes) must stay in registers.
 inline constexpr int gemv_max_nb = 4;
-/// The most rows a decode GEMV call takes: 8 where the fp32 mode's register kernel exists
-/// (AVX-512: packed_gemv_fp32, for batched decode steps), else 4.
+/// The most rows the pair-tile GEMV (gemv_micro_call) takes: 8 in the exact mode with AVX-512,
+/// whose 8 x 2 double accumulators fill half of the 32 registers (8 rows through the prefill
+/// GEMM instead: 6 + 2 rows per block, 23-24% of the FMA peak), else 4.
 template <class T>
-inline constexpr index_t gemv_max_rows = (vec_bytes == 64 && std::is_same_v<T, float>) ? 8 : 4;
+inline constexpr index_t gemv_tile_rows = (vec_bytes == 64 && std::is_same_v<T, double>) ? 8 : 4;
+/// The most rows a decode GEMV call takes: 8 with AVX-512 (the tile GEMV's double rows above;
+/// in the fp32 mode the register kernel packed_gemv_fp32, for batched decode steps), else 4.
+template <class T>
+inline constexpr index_t gemv_max_rows = vec_bytes == 64 ? 8 : 4;
 template <class T>
 constexpr int gemv_nb(index_t t) {
   const index_t regs = vec_bytes == 64 ? 16 : 8;

@@ -374,12 +374,21 @@ DSA_FORCEINLINE void gemv_micro_steps(int nb, const T* x, index_t ldx, const std
   }
 }
 
-/// gemv_micro_steps for t <= 4 rows, out of line: fp8_gemv is instantiated once per weight form
-/// (view and packed), and both call this one copy (one call per step of a panel, next to the
-/// t * nb * 128 * NR products it runs). d[(b * t + i) * NR + j]: block b, row i.
+/// gemv_micro_steps for t <= gemv_tile_rows<T> rows, out of line: fp8_gemv is instantiated once
+/// per weight form (view and packed), and both call this one copy (one call per step of a panel,
+/// next to the t * nb * 128 * NR products it runs). d[(b * t + i) * NR + j]: block b, row i.
 template <class T, index_t NR>
 [[gnu::noinline]] void gemv_micro_call(int t, int nb, const T* x, index_t ldx, const std::uint32_t* pt,
                                        index_t tile_stride, float* d, const std::uint8_t* ahead) {
+  if constexpr (gemv_tile_rows<T> >= 8) {
+    switch (t) {
+      case 5: gemv_micro_steps<T, NR, 5>(nb, x, ldx, pt, tile_stride, d, ahead); return;
+      case 6: gemv_micro_steps<T, NR, 6>(nb, x, ldx, pt, tile_stride, d, ahead); return;
+      case 7: gemv_micro_steps<T, NR, 7>(nb, x, ldx, pt, tile_stride, d, ahead); return;
+      case 8: gemv_micro_steps<T, NR, 8>(nb, x, ldx, pt, tile_stride, d, ahead); return;
+      default: break;
+    }
+  }
   switch (t) {
     case 1: gemv_micro_steps<T, NR, 1>(nb, x, ldx, pt, tile_stride, d, ahead); break;
     case 2: gemv_micro_steps<T, NR, 2>(nb, x, ldx, pt, tile_stride, d, ahead); break;
