@@ -105,12 +105,14 @@ TEST_CASE("fp8_linear with a packed weight gives the bits of the weight it was p
     index_t t, in, out;
   };
   // GEMV (t <= 4: every row count through the register path's whole runs, and a short last run;
-  // 5 to 8 rows over whole runs: the AVX-512 fp32 path's half runs, against the row-major GEMM)
-  // and GEMM rows; in with whole and partial runs of 4 blocks (1, 3, 4, 5, 8, 9, 12 blocks); out
-  // ragged against the group (16), the GEMV panel and the GEMM panel (64).
-  const shape shapes[] = {{1, 128, 1},   {1, 640, 16},   {2, 384, 17},   {2, 1024, 40}, {3, 1152, 65},
-                          {4, 512, 130}, {1, 1152, 300}, {5, 640, 64},   {5, 1024, 40}, {6, 512, 33},
-                          {7, 1536, 17}, {8, 1024, 130}, {37, 384, 129}, {70, 1152, 33}};
+  // 5 to 8 rows over whole runs: the AVX-512 fp32 path's half runs, and 9 to 32 rows its parts of
+  // 4 to 8 rows, against the row-major GEMM) and GEMM rows; in with whole and partial runs of 4
+  // blocks (1, 3, 4, 5, 8, 9, 12 blocks); out ragged against the group (16), the GEMV panel and
+  // the GEMM panel (64).
+  const shape shapes[] = {{1, 128, 1},    {1, 640, 16},   {2, 384, 17},   {2, 1024, 40},  {3, 1152, 65},
+                          {4, 512, 130},  {1, 1152, 300}, {5, 640, 64},   {5, 1024, 40},  {6, 512, 33},
+                          {7, 1536, 17},  {8, 1024, 130}, {9, 512, 40},   {16, 1024, 17}, {21, 512, 65},
+                          {32, 1536, 33}, {37, 384, 129}, {70, 1152, 33}};
   std::uint64_t seed = 500;
   for (const auto& s : shapes) {
     // No slow codes (the fast decode throughout), a few (mixed), and many (every group slow);

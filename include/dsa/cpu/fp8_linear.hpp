@@ -210,12 +210,21 @@ struct packed_tiles {
           case 2: packed_gemv_fp32<2, 4>(w, g0, kb0, x, ldx, d); return true;
           case 3: packed_gemv_fp32<3, 4>(w, g0, kb0, x, ldx, d); return true;
           case 4: packed_gemv_fp32<4, 4>(w, g0, kb0, x, ldx, d); return true;
-          case 5: gemv_regs_halves<5>(kb0, x, ldx, d); return true;
-          case 6: gemv_regs_halves<6>(kb0, x, ldx, d); return true;
-          case 7: gemv_regs_halves<7>(kb0, x, ldx, d); return true;
-          case 8: gemv_regs_halves<8>(kb0, x, ldx, d); return true;
-          default: return false;
+          case 5: gemv_regs_halves<5>(kb0, x, ldx, d, t); return true;
+          case 6: gemv_regs_halves<6>(kb0, x, ldx, d, t); return true;
+          case 7: gemv_regs_halves<7>(kb0, x, ldx, d, t); return true;
+          case 8: gemv_regs_halves<8>(kb0, x, ldx, d, t); return true;
+          default: break;
         }
+        // 9 to 32 rows: ceil(t / 8) balanced parts of 4 to 8 rows, the later parts' codes from L1.
+        if (t > gemv_max_rows<T>) return false;
+        const index_t parts = (t + 7) / 8;
+        for (index_t p = 0, r0 = 0; p < parts; ++p) {
+          const index_t r1 = t * (p + 1) / parts;
+          gemv_regs_rows(r1 - r0, kb0, x + r0 * ldx, ldx, d + r0 * 16, t);
+          r0 = r1;
+        }
+        return true;
       }
       if (t == 1) {
         switch (nb) {
@@ -245,11 +254,21 @@ struct packed_tiles {
     return false;
   }
 #if DSA_CPU_HAS_AVX512
-  /// 5 to 8 rows over a whole run: blocks 0-1, then 2-3, into d's blocks in order.
+  /// 4 to 8 rows over a whole run: blocks 0-1, then 2-3, into d's blocks in order (each block
+  /// drows rows of d).
   template <int MR>
-  void gemv_regs_halves(index_t kb0, const float* x, index_t ldx, float* d) {
-    packed_gemv_fp32<MR, 2>(w, g0, kb0, x, ldx, d, 0);
-    packed_gemv_fp32<MR, 2>(w, g0, kb0, x + 2 * block, ldx, d + 2 * MR * 16, 2);
+  void gemv_regs_halves(index_t kb0, const float* x, index_t ldx, float* d, index_t drows) {
+    packed_gemv_fp32<MR, 2>(w, g0, kb0, x, ldx, d, 0, drows);
+    packed_gemv_fp32<MR, 2>(w, g0, kb0, x + 2 * block, ldx, d + 2 * drows * 16, 2, drows);
+  }
+  void gemv_regs_rows(index_t rows, index_t kb0, const float* x, index_t ldx, float* d, index_t drows) {
+    switch (rows) {
+      case 4: gemv_regs_halves<4>(kb0, x, ldx, d, drows); break;
+      case 5: gemv_regs_halves<5>(kb0, x, ldx, d, drows); break;
+      case 6: gemv_regs_halves<6>(kb0, x, ldx, d, drows); break;
+      case 7: gemv_regs_halves<7>(kb0, x, ldx, d, drows); break;
+      default: gemv_regs_halves<8>(kb0, x, ldx, d, drows); break;
+    }
   }
 #endif
   /// Whether gemv_regs takes every step of a t-row GEMV over this weight: the rows above 4 only

@@ -98,14 +98,14 @@ inline constexpr index_t packed_flag_quads = quads / 4;
 /// A run with no slow code: one straight loop over its 32 quads, the accumulators in registers.
 template <int MR, int NB>
 [[gnu::noinline]] void packed_run_fp32(const std::uint8_t* src, index_t stride, const float* DSA_RESTRICT x, index_t ldx,
-                                       float* DSA_RESTRICT d) {
+                                       float* DSA_RESTRICT d, index_t drows) {
   __m512 acc[NB][MR];
   for (int b = 0; b < NB; ++b) {
     for (int i = 0; i < MR; ++i) acc[b][i] = _mm512_setzero_ps();
   }
   packed_quads_fp32<0, MR, NB>(0, quads, src, stride, x, ldx, acc);
   for (int b = 0; b < NB; ++b) {
-    for (int i = 0; i < MR; ++i) _mm512_store_ps(d + (b * MR + i) * 16, acc[b][i]);
+    for (int i = 0; i < MR; ++i) _mm512_store_ps(d + (b * drows + i) * 16, acc[b][i]);
   }
 }
 
@@ -124,9 +124,10 @@ template <unsigned SlowBlocks, int MR, int NB>
   }
 }
 
-/// Decode with MR <= 8 rows in the fp32 mode from a packed weight: d[(b * MR + i) * 16 + j] =
-/// the fp32 block dot of row i with group g, block kb0 + b0 + b, for NB blocks of one run from
-/// its block b0 (x: the activations of block kb0 + b0). MR <= 4 takes the run's 4 blocks at
+/// Decode with MR <= 8 rows in the fp32 mode from a packed weight: d[(b * drows + i) * 16 + j]
+/// = the fp32 block dot of row i with group g, block kb0 + b0 + b, for NB blocks of one run from
+/// its block b0 (x: the activations of block kb0 + b0; drows >= MR: the rows of d's blocks, of
+/// which a call writes its MR). MR <= 4 takes the run's 4 blocks at
 /// once; 5 to 8 rows (a batched decode) take it as two halves of 2 blocks (the 16 accumulators
 /// of 8 rows x 2 blocks leave the decode its registers), the second half's codes from L1. Each
 /// quad is decoded and widened in registers once for all rows (the pair tile is never stored):
@@ -142,7 +143,7 @@ template <unsigned SlowBlocks, int MR, int NB>
 /// (docs/records/2026-11-25-v32-scale-cpu-passes.md, "Eighth pass").
 template <int MR, int NB>
 DSA_FORCEINLINE void packed_gemv_fp32(const packed_fp8_weight& w, index_t g, index_t kb0, const float* DSA_RESTRICT x,
-                                      index_t ldx, float* DSA_RESTRICT d, int b0 = 0) {
+                                      index_t ldx, float* DSA_RESTRICT d, int b0 = 0, index_t drows = MR) {
   // The run: quad q of block b at src + q * stride + b * 64.
   const std::uint8_t* src = w.block_codes(g, kb0) + b0 * 64;
   const index_t stride = w.quad_stride(kb0);
@@ -152,7 +153,7 @@ DSA_FORCEINLINE void packed_gemv_fp32(const packed_fp8_weight& w, index_t g, ind
     any |= special[b];
   }
   if (any == 0) {
-    packed_run_fp32<MR, NB>(src, stride, x, ldx, d);
+    packed_run_fp32<MR, NB>(src, stride, x, ldx, d, drows);
     return;
   }
   alignas(64) __m512 acc[NB][MR];
@@ -174,7 +175,7 @@ DSA_FORCEINLINE void packed_gemv_fp32(const packed_fp8_weight& w, index_t g, ind
         }
       }
     }
-    for (int b = 0; b < NB; ++b) _mm512_store_ps(d + b * 16, acc[b][0]);
+    for (int b = 0; b < NB; ++b) _mm512_store_ps(d + b * drows * 16, acc[b][0]);
     return;
   }
   constexpr unsigned all = (1u << NB) - 1;
@@ -191,7 +192,7 @@ DSA_FORCEINLINE void packed_gemv_fp32(const packed_fp8_weight& w, index_t g, ind
     }
   }
   for (int b = 0; b < NB; ++b) {
-    for (int i = 0; i < MR; ++i) _mm512_store_ps(d + (b * MR + i) * 16, acc[b][i]);
+    for (int i = 0; i < MR; ++i) _mm512_store_ps(d + (b * drows + i) * 16, acc[b][i]);
   }
 }
 #endif
