@@ -92,10 +92,11 @@ TEST_CASE("fp8_linear reproduces the exact-block-dot specification bit for bit")
   struct shape {
     index_t t, in, out;
   };
-  // t <= 4 takes the GEMV path (with AVX-512 t <= 8: fp8_block_dot.hpp's gemv_tile_rows), larger
-  // t the GEMM path; ragged output panels on purpose.
-  const shape shapes[] = {{1, 128, 1},   {2, 256, 130},  {4, 384, 257},  {5, 256, 128}, {6, 640, 65},
-                          {7, 384, 130}, {8, 1152, 257}, {37, 512, 300}, {70, 128, 129}};
+  // t <= 4 takes the GEMV path (with AVX-512 t <= 32: up to 8 rows per micro-kernel call,
+  // fp8_block_dot.hpp's gemv_tile_rows), larger t the GEMM path; ragged output panels on purpose.
+  const shape shapes[] = {{1, 128, 1},    {2, 256, 130},  {4, 384, 257},  {5, 256, 128},
+                          {6, 640, 65},   {7, 384, 130},  {8, 1152, 257}, {12, 256, 65},
+                          {32, 384, 130}, {37, 512, 300}, {70, 128, 129}};
   std::uint64_t seed = 100;
   for (const auto& s : shapes) {
     for (auto fmt : {dsa::scale_format::ue8m0, dsa::scale_format::fp32}) {

@@ -328,9 +328,21 @@ struct fp8_out_rows {
   }
 };
 
-/// Decode (t <= gemv_tile_rows rows, or up to gemv_max_rows where the register kernel takes every step):
-/// panels of NR outputs split over threads; each panel walks the k-blocks nb at a time: nb pair
-/// tiles, one micro-kernel call for all rows, then every block's promotion in ascending order.
+/// Whether fp8_gemv takes t rows of this weight (else the prefill GEMM): t <= gemv_tile_rows,
+/// more where the register kernel takes every step (fp32 mode, packed), or, in the exact mode,
+/// up to gemv_max_rows through the tile GEMV in parts of at most gemv_tile_rows rows.
+template <class T, class Codes>
+bool fp8_gemv_takes(index_t t, const Codes& w) {
+  using shape = fp8_shape<T>;
+  if (t <= gemv_tile_rows<T>) return true;
+  if constexpr (std::is_same_v<T, double>) return t <= gemv_max_rows<T>;
+  return tiles_of<shape::gemv_nr>(w).template gemv_regs_all<T>(t);
+}
+
+/// Decode (fp8_gemv_takes): panels of NR outputs split over threads; each panel walks the
+/// k-blocks nb at a time: nb pair tiles, the micro-kernel calls for all rows (one, or one per
+/// part of at most gemv_tile_rows rows over one block), then every block's promotion in
+/// ascending order.
 template <class T, index_t NR, class Codes>
 void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, const Codes& w,
               const tensor_view<const float, 2>& ws, const fp8_out_rows& y) {
@@ -338,8 +350,11 @@ void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, co
   const index_t out = out_features(w);
   const index_t nkb = in / block;
   const index_t panels = (out + NR - 1) / NR;
-  // More rows than the tile GEMV takes: whole runs (gemv_regs_all).
-  const int nb_max = t > gemv_tile_rows<T> ? gemv_max_nb : gemv_nb<T>(t);
+  // The register kernel's rows (fp32, more than the tile GEMV takes): whole runs (gemv_regs_all);
+  // the tile GEMV's: gemv_nb of its call's rows (one block for parts of gemv_tile_rows rows, so
+  // that a part's rows are contiguous in d).
+  const bool parts = t > gemv_tile_rows<T>;
+  const int nb_max = parts && std::is_same_v<T, float> ? gemv_max_nb : gemv_nb<T>(std::min(t, gemv_tile_rows<T>));
   constexpr index_t tile_stride = (NR / group_rows) * pair_tile_dwords;
   auto body = [&](index_t p0, index_t p1) {
     std::uint32_t* pt = scratch<std::uint32_t, 1>(static_cast<std::size_t>(gemv_max_nb * tile_stride));
@@ -355,7 +370,19 @@ void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, co
         const int nb = static_cast<int>(std::min<index_t>(nb_max, nkb - kb0));
         if (!tiles.gemv_regs(kb0, nb, t, xv + kb0 * block, in, d)) {
           tiles.tiles(kb0, nb, pt, tile_stride);
-          gemv_micro_call<T, NR>(static_cast<int>(t), nb, xv + kb0 * block, in, pt, tile_stride, d, tiles.ahead(kb0, nb));
+          if (!parts) {
+            gemv_micro_call<T, NR>(static_cast<int>(t), nb, xv + kb0 * block, in, pt, tile_stride, d, tiles.ahead(kb0, nb));
+          } else {
+            // Balanced parts of at most gemv_tile_rows rows (nb = 1: row i at d + i * NR); the
+            // first streams the next codes, the others read the tile from L1.
+            const index_t n_parts = (t + gemv_tile_rows<T> - 1) / gemv_tile_rows<T>;
+            for (index_t q = 0, r0 = 0; q < n_parts; ++q) {
+              const index_t r1 = t * (q + 1) / n_parts;
+              gemv_micro_call<T, NR>(static_cast<int>(r1 - r0), nb, xv + r0 * in + kb0 * block, in, pt, tile_stride,
+                                     d + r0 * NR, q == 0 ? tiles.ahead(kb0, nb) : nullptr);
+              r0 = r1;
+            }
+          }
         }
         for (int b = 0; b < nb; ++b) {
           const float wscale = wsr[kb0 + b];
@@ -413,7 +440,7 @@ void fp8_linear_run(const cpu_backend& be, const tensor_view<const X, 2>& x, con
   const index_t t = x.extent(0);
   const index_t in = x.extent(1);
   const index_t nkb = in / block;
-  if (t <= gemv_tile_rows<T> || tiles_of<shape::gemv_nr>(w).template gemv_regs_all<T>(t)) {
+  if (fp8_gemv_takes<T>(t, w)) {
     // Decode: the activations are a few KB (decoded on the calling thread's scratch, read by
     // every worker); the weights stream once. 5 to 8 rows (a batched decode step) where the
     // tile GEMV (exact mode, AVX-512) or the register kernel (fp32 mode, packed) takes them: it

@@ -90,12 +90,12 @@ inline constexpr int gemv_max_nb = 4;
 /// GEMM instead: 6 + 2 rows per block, 23-24% of the FMA peak), else 4.
 template <class T>
 inline constexpr index_t gemv_tile_rows = (vec_bytes == 64 && std::is_same_v<T, double>) ? 8 : 4;
-/// The most rows a decode GEMV call takes, for batched decode steps: with AVX-512 8 in the exact
-/// mode (the tile GEMV above) and 32 in the fp32 mode (the register kernel packed_gemv_fp32, in
-/// parts of 4 to 8 rows beyond 8: 65-70% of the FMA peak at 16 rows, where the prefill GEMM
-/// reached 47-50%), else 4.
+/// The most rows a decode GEMV call takes, for batched decode steps: with AVX-512 32, in parts of
+/// 4 to 8 rows beyond 8 (the fp32 mode's register kernel packed_gemv_fp32: 65-70% of the FMA
+/// peak at 16 rows, where the prefill GEMM reached 47-50%; the exact mode's tile GEMV above),
+/// else 4.
 template <class T>
-inline constexpr index_t gemv_max_rows = vec_bytes == 64 ? (std::is_same_v<T, float> ? 32 : 8) : 4;
+inline constexpr index_t gemv_max_rows = vec_bytes == 64 ? 32 : 4;
 template <class T>
 constexpr int gemv_nb(index_t t) {
   const index_t regs = vec_bytes == 64 ? 16 : 8;
