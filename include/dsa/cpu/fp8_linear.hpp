@@ -243,7 +243,6 @@ struct packed_tiles {
       constexpr index_t R = packed_fp8_weight::block_run;
       if (t < 2 || t > 4 || nb != gemv_nb<float>(t) || kb0 / R != (kb0 + nb - 1) / R) return false;
       switch (t) {
-        case 1: packed_gemv8_fp32<1, gemv_nb<float>(1)>(w, g0, kb0, x, ldx, d); return true;
         case 2: packed_gemv8_fp32<2, gemv_nb<float>(2)>(w, g0, kb0, x, ldx, d); return true;
         case 3: packed_gemv8_fp32<3, gemv_nb<float>(3)>(w, g0, kb0, x, ldx, d); return true;
         default: packed_gemv8_fp32<4, gemv_nb<float>(4)>(w, g0, kb0, x, ldx, d); return true;
@@ -442,7 +441,7 @@ void fp8_linear_run(const cpu_backend& be, const tensor_view<const X, 2>& x, con
   const index_t nkb = in / block;
   if (fp8_gemv_takes<T>(t, w)) {
     // Decode: the activations are a few KB (decoded on the calling thread's scratch, read by
-    // every worker); the weights stream once. 5 to 8 rows (a batched decode step) where the
+    // every worker); the weights stream once. 5 to 32 rows (a batched decode step) where the
     // tile GEMV (exact mode, AVX-512) or the register kernel (fp32 mode, packed) takes them: it
     // decodes each code once for all rows, where the prefill path below stores and reloads a
     // widened tile per block (23-37% of the FMA peak at 8 rows).
