@@ -28,6 +28,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -35,6 +36,7 @@
 
 #include "dsa/core/backend.hpp"
 #include "dsa/core/error.hpp"
+#include "dsa/core/quote.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
 
@@ -49,6 +51,13 @@
 namespace dsa_py {
 
 namespace nb = nanobind;
+
+/// A path argument of `op`, refused when it holds a NUL: a Python str may hold one, which would
+/// cut the path the C library opens (another file or directory).
+inline std::filesystem::path path_arg(std::string_view op, std::string_view arg, const std::string& s) {
+  if (s.find('\0') != std::string::npos) dsa::fail(op, arg, dsa::quoted(s), "a path without NUL characters");
+  return std::filesystem::path(s);
+}
 
 /// An array argument as the binding holds it while an op runs: the DLPack tensor (which keeps
 /// the producer's memory alive), read-only or writable.

@@ -201,15 +201,12 @@ nb::dict model_report(const std::string& dir, const std::string& backend, dsa_va
 
 nb::dict validate_model(const std::string& dir, int threads, dsa::index_t max_chunk, bool keep_outputs) {
   const auto be = cpu_backend(threads, "validate_model");
-  // A Python str may hold a NUL, which would cut the path the C library opens: another directory.
-  if (dir.find('\0') != std::string::npos) {
-    dsa::fail("validate_model", "dir", dsa::quoted(dir), "a path without NUL characters");
-  }
+  const std::filesystem::path p = path_arg("validate_model", "dir", dir);
   dsa_validate::model_case_result r;
   {
     nogil release;
     // Without keep_outputs the replay streams its batch rows and keeps no computed tensors.
-    r = dsa_validate::run_model_case(be, std::filesystem::path(dir), max_chunk, keep_outputs);
+    r = dsa_validate::run_model_case(be, p, max_chunk, keep_outputs);
   }
   return model_report(dir, cpu_description(be), r);
 }
@@ -293,10 +290,7 @@ class python_model {
 
 nb::dict validate_model_with(const std::string& dir, const std::string& backend, nb::callable new_sequence,
                              nb::callable forward, dsa::index_t num_layers, dsa::index_t max_chunk, bool keep_outputs) {
-  if (dir.find('\0') != std::string::npos) {
-    dsa::fail("validate_model_with", "dir", dsa::quoted(dir), "a path without NUL characters");
-  }
-  const std::filesystem::path p(dir);
+  const std::filesystem::path p = path_arg("validate_model_with", "dir", dir);
   const dsa::safetensors_file exp = dsa::safetensors_file::open(p / "expected.safetensors");
   const dsa::model::config cfg = dsa::model::config::load(p);
   if (num_layers < 1 || num_layers > cfg.num_hidden_layers) {
@@ -372,10 +366,8 @@ void bind_model(nb::module_& m) {
   m.def(
       "checkpoint_tensors",
       [](const std::string& path) {
-        if (path.find('\0') != std::string::npos) {
-          dsa::fail("checkpoint_tensors", "path", dsa::quoted(path), "a path without NUL characters");
-        }
-        const dsa::safetensors_checkpoint ck = dsa::safetensors_checkpoint::open(std::filesystem::path(path));
+        const dsa::safetensors_checkpoint ck =
+            dsa::safetensors_checkpoint::open(path_arg("checkpoint_tensors", "path", path));
         nb::list out;
         for (const std::string_view name : ck.names()) {
           const dsa::safetensors_file& f = ck.shard_of(name);

@@ -15,12 +15,11 @@ namespace {
 nb::dict validate(const std::string& file, int threads) {
   constexpr std::string_view op = "validate";
   const auto be = cpu_backend(threads, op);
-  // A Python str may hold a NUL, which would cut the path the C library opens: another file.
-  if (file.find('\0') != std::string::npos) dsa::fail(op, "file", dsa::quoted(file), "a path without NUL characters");
+  const std::filesystem::path path = path_arg(op, "file", file);
   nb::dict report;
   report["file"] = file;
   report["backend"] = cpu_description(be);
-  const dsa::safetensors_file f = dsa::safetensors_file::open(std::filesystem::path(file));
+  const dsa::safetensors_file f = dsa::safetensors_file::open(path);
   const std::vector<std::string> groups = dsa_validate::detect_groups(f);
   nb::list unknown;
   for (const std::string& u : dsa_validate::unknown_groups(f)) unknown.append(u);
