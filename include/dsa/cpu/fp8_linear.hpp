@@ -135,6 +135,19 @@ struct panel_rows {
   }
 };
 
+/// f(r0, r1) for the ceil(t / max_rows) balanced parts [r0, r1) of rows [0, t), in order: each
+/// at most max_rows rows, and with t > max_rows at least max_rows / 2 (the decode GEMVs' rows
+/// beyond what one micro-kernel call holds).
+template <class F>
+DSA_FORCEINLINE void for_row_parts(index_t t, index_t max_rows, F&& f) {
+  const index_t parts = (t + max_rows - 1) / max_rows;
+  for (index_t p = 0, r0 = 0; p < parts; ++p) {
+    const index_t r1 = t * (p + 1) / parts;
+    f(r0, r1);
+    r0 = r1;
+  }
+}
+
 /// Where a driver's pair tiles come from: the checkpoint's row-major codes (transposed and
 /// scanned for slow codes on the fly) or a packed weight (loaded as they are). panel(n0) selects
 /// the NR outputs from n0, tile(kb, pt) decodes their block kb.
@@ -210,20 +223,14 @@ struct packed_tiles {
           case 2: packed_gemv_fp32<2, 4>(w, g0, kb0, x, ldx, d); return true;
           case 3: packed_gemv_fp32<3, 4>(w, g0, kb0, x, ldx, d); return true;
           case 4: packed_gemv_fp32<4, 4>(w, g0, kb0, x, ldx, d); return true;
-          case 5: gemv_regs_halves<5>(kb0, x, ldx, d, t); return true;
-          case 6: gemv_regs_halves<6>(kb0, x, ldx, d, t); return true;
-          case 7: gemv_regs_halves<7>(kb0, x, ldx, d, t); return true;
-          case 8: gemv_regs_halves<8>(kb0, x, ldx, d, t); return true;
           default: break;
         }
-        // 9 to 32 rows: ceil(t / 8) balanced parts of 4 to 8 rows, the later parts' codes from L1.
+        // 5 to 32 rows: one part of t rows, or balanced parts of 4 to 8, the later parts' codes
+        // from L1.
         if (t > gemv_max_rows<T>) return false;
-        const index_t parts = (t + 7) / 8;
-        for (index_t p = 0, r0 = 0; p < parts; ++p) {
-          const index_t r1 = t * (p + 1) / parts;
+        for_row_parts(t, 8, [&](index_t r0, index_t r1) {
           gemv_regs_rows(r1 - r0, kb0, x + r0 * ldx, ldx, d + r0 * 16, t);
-          r0 = r1;
-        }
+        });
         return true;
       }
       if (t == 1) {
@@ -260,6 +267,7 @@ struct packed_tiles {
     packed_gemv_fp32<MR, 2>(w, g0, kb0, x, ldx, d, 0, drows);
     packed_gemv_fp32<MR, 2>(w, g0, kb0, x + 2 * block, ldx, d + 2 * drows * 16, 2, drows);
   }
+  /// gemv_regs_halves for a runtime row count, 4 to 8.
   void gemv_regs_rows(index_t rows, index_t kb0, const float* x, index_t ldx, float* d, index_t drows) {
     switch (rows) {
       case 4: gemv_regs_halves<4>(kb0, x, ldx, d, drows); break;
@@ -372,15 +380,12 @@ void fp8_gemv(const cpu_backend& be, const T* xv, const float* xs, index_t t, co
           if (!parts) {
             gemv_micro_call<T, NR>(static_cast<int>(t), nb, xv + kb0 * block, in, pt, tile_stride, d, tiles.ahead(kb0, nb));
           } else {
-            // Balanced parts of at most gemv_tile_rows rows (nb = 1: row i at d + i * NR); the
-            // first streams the next codes, the others read the tile from L1.
-            const index_t n_parts = (t + gemv_tile_rows<T> - 1) / gemv_tile_rows<T>;
-            for (index_t q = 0, r0 = 0; q < n_parts; ++q) {
-              const index_t r1 = t * (q + 1) / n_parts;
+            // Parts of at most gemv_tile_rows rows (nb = 1: row i at d + i * NR); the first
+            // streams the next codes, the others read the tile from L1.
+            for_row_parts(t, gemv_tile_rows<T>, [&](index_t r0, index_t r1) {
               gemv_micro_call<T, NR>(static_cast<int>(r1 - r0), nb, xv + r0 * in + kb0 * block, in, pt, tile_stride,
-                                     d + r0 * NR, q == 0 ? tiles.ahead(kb0, nb) : nullptr);
-              r0 = r1;
-            }
+                                     d + r0 * NR, r0 == 0 ? tiles.ahead(kb0, nb) : nullptr);
+            });
           }
         }
         for (int b = 0; b < nb; ++b) {

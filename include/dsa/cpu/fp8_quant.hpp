@@ -179,6 +179,14 @@ DSA_FORCEINLINE __m128i fp8_quant_pack16(__m256i lo, __m256i hi) {
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi16(words, words), 0x08));
 }
 
+// q[0, 16) = the codes of x[0, 16) * iv (iv = 1 / s for a power-of-two s: fp8_quant_group).
+template <class T>
+DSA_FORCEINLINE void fp8_quant_pow2_16(const T* x, __m256 iv, fp8_e4m3* q) {
+  const __m256i lo = fp8_quant_encode8(_mm256_mul_ps(avx2_load8(x), iv));
+  const __m256i hi = fp8_quant_encode8(_mm256_mul_ps(avx2_load8(x + 8), iv));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), fp8_quant_pack16(lo, hi));
+}
+
 // The 16-bit quantize path (above) on 16 lanes, blocks of 32.
 inline index_t fp8_quant_bf16_pow2_avx2(const bf16* x, index_t len, int k, fp8_e4m3* q) {
   if (k < fp8_bf16_pow2_quant_min_k) return 0;
@@ -205,11 +213,8 @@ inline index_t fp8_quant_bf16_pow2_avx2(const bf16* x, index_t len, int k, fp8_e
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i),
                           _mm256_permute4x64_epi64(_mm256_packus_epi16(lo, hi), 0xD8));
     } else {
-      for (index_t j = i; j < i + 32; j += 16) {
-        const __m256i c0 = fp8_quant_encode8(_mm256_mul_ps(avx2_load8(x + j), inv));
-        const __m256i c1 = fp8_quant_encode8(_mm256_mul_ps(avx2_load8(x + j + 8), inv));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j), fp8_quant_pack16(c0, c1));
-      }
+      fp8_quant_pow2_16(x + i, inv, q + i);
+      fp8_quant_pow2_16(x + i + 16, inv, q + i + 16);
     }
   }
   return i;
@@ -320,11 +325,7 @@ void fp8_quant_group(const T* x, index_t len, float s, fp8_e4m3* q) {
   }
   if (pow2) {
     const __m256 iv = _mm256_set1_ps(inv);
-    for (; i + 16 <= len; i += 16) {
-      const __m256i lo = fp8_quant_encode8(_mm256_mul_ps(avx2_load8(x + i), iv));
-      const __m256i hi = fp8_quant_encode8(_mm256_mul_ps(avx2_load8(x + i + 8), iv));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), fp8_quant_pack16(lo, hi));
-    }
+    for (; i + 16 <= len; i += 16) fp8_quant_pow2_16(x + i, iv, q + i);
   } else {
     const __m256 sv = _mm256_set1_ps(s);
     for (; i + 16 <= len; i += 16) {
