@@ -24,7 +24,7 @@ from .attention import (sparse_mha_attention, sparse_mla_attention, sparse_mla_a
 from .dense import add_rms_norm, fp8_linear, layer_norm, linear, rms_norm, rope_apply, swiglu
 from .indexer import (indexer_kl_loss_dense, indexer_kl_loss_sparse, lightning_indexer_backward, lightning_indexer_scores,
                       lightning_indexer_scores_paged, lightning_indexer_weights)
-from .model import NonFiniteError, NonFiniteWarning, Sequence, Transformer, validate, validate_model
+from .model import CudaSequence, NonFiniteError, NonFiniteWarning, Sequence, Transformer, validate, validate_model
 from .moe import moe_combine, moe_route
 from .quant import (act_dequant, act_quant, hadamard_transform, indexer_cache_pack, indexer_cache_unpack,
                     kv_cache_fp8_pack, kv_cache_fp8_unpack, weight_dequant, weight_quant)
@@ -44,7 +44,7 @@ if "torch" in __import__("sys").modules:  # torch first: torch.ops.dsa exists fr
     register_torch_ops()
 
 __all__ = [
-    "Error", "NonFiniteError", "NonFiniteWarning", "Sequence", "Transformer", "act_dequant", "act_quant",
+    "CudaSequence", "Error", "NonFiniteError", "NonFiniteWarning", "Sequence", "Transformer", "act_dequant", "act_quant",
     "add_rms_norm", "built_with_cuda", "causal_ranges", "cpu_isa", "cuda_available", "cuda_device_count", "fp8_linear",
     "gather_rows", "get_cuda_kernels", "get_num_threads", "hadamard_transform", "has_cuda", "has_ml_dtypes", "indexer_cache_pack",
     "indexer_cache_unpack", "indexer_kl_loss_dense", "indexer_kl_loss_sparse", "kv_cache_fp8_pack",

@@ -15,6 +15,16 @@ from . import _core
 Sequence = _core.Sequence
 NonFiniteError = _core.NonFiniteError
 
+if hasattr(_core, "CudaSequence"):
+    CudaSequence = _core.CudaSequence
+else:
+    class CudaSequence:  # type: ignore[no-redef]
+        """The caches of a sequence in device memory; a build without CUDA has none (the name
+        exists so that code checking ``isinstance(s, dsa.CudaSequence)`` runs everywhere)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            A.fail("CudaSequence", "()", "a direct construction", "Transformer.new_sequence of a CUDA transformer")
+
 
 class NonFiniteWarning(RuntimeWarning):
     """A forward pass produced a NaN or infinity that did not reach the logits (see
@@ -38,6 +48,24 @@ def _path(p: Any, op: str, name: str) -> str:
     return path
 
 
+def _device(op: str, device: Any) -> Optional[int]:
+    """A ``device`` argument ('cpu', 'cuda', 'cuda:N' or a torch.device) as None for the CPU or
+    the CUDA device index ('cuda' is device 0)."""
+    text = str(device) if type(device).__name__ == "device" else device
+    expected = "'cpu', 'cuda' or 'cuda:N'"
+    if not isinstance(text, str):
+        A.fail(op, "device", A.typed(device), expected)
+    if text == "cpu":
+        return None
+    kind, colon, index = text.partition(":")
+    if kind != "cuda" or (colon and not (index.isascii() and index.isdigit())):
+        A.fail(op, "device", repr(text), expected)
+    if not A.built_with_cuda():
+        A.fail(op, "device", repr(text), "'cpu': this dsa was built without its CUDA paths (dsa.built_with_cuda() "
+               "is False)")
+    return int(index) if index else 0
+
+
 def _tokens(tokens: Any, op: str = "Transformer.forward") -> Any:
     """Token ids as an int64 vector: an integer, a list/tuple/range of integers (never a bool or
     a float, which NumPy would turn into ids silently), or an array (its dtype is the op's to
@@ -58,7 +86,8 @@ def _tokens(tokens: Any, op: str = "Transformer.forward") -> Any:
 
 
 class Transformer:
-    """The reference DeepSeek-V3.2 forward pass (``dsa::model::transformer`` on the CPU backend).
+    """The reference DeepSeek-V3.2 forward pass (``dsa::model::transformer`` on the CPU backend,
+    or on the CUDA backend when loaded with ``device="cuda"``).
 
     ::
 
@@ -71,15 +100,42 @@ class Transformer:
 
     def __init__(self, impl: Any) -> None:
         self._impl = impl
+        self._sequence_type = CudaSequence if hasattr(impl, "kernels") else Sequence
 
     @classmethod
-    def load(cls, dir: Any, threads: Optional[int] = None, num_layers: Optional[int] = None) -> "Transformer":
+    def load(cls, dir: Any, threads: Optional[int] = None, num_layers: Optional[int] = None, *,
+             device: Any = "cpu", kernels: Optional[str] = None) -> "Transformer":
         """Opens a checkpoint directory (config.json + *.safetensors in the Hugging Face layout of
-        deepseek-ai/DeepSeek-V3.2, FP8 or bf16 weights); ``num_layers`` runs only the first layers."""
+        deepseek-ai/DeepSeek-V3.2, FP8 or bf16 weights); ``num_layers`` runs only the first layers.
+
+        ``device="cuda"`` (or ``"cuda:N"``, a torch.device) copies the weights to that GPU once and
+        runs every forward call there, on a stream of the transformer's own, as ``dsa_run
+        --backend cuda`` does; its sequences are ``dsa.CudaSequence`` (caches in device memory) and
+        the logits come back as NumPy arrays as on the CPU. ``kernels`` ('exact' or 'fast';
+        default: dsa.get_cuda_kernels()) chooses the CUDA kernels (docs/cuda.md, "Exact and fast
+        kernels"); ``threads`` sets the CPU backend only. The CUDA logits agree with the CPU's to
+        the bounds of docs/cuda.md, not bit for bit."""
         op = "Transformer.load"
         num_layers = -1 if num_layers is None else A.int_arg(op, "num_layers", num_layers)
-        impl = _core.Transformer.load(_path(dir, op, "dir"), A.threads_arg(op, threads), num_layers)
-        return cls(impl)
+        index = _device(op, device)
+        if index is None:
+            if kernels is not None:
+                A.fail(op, "kernels", A.show(kernels), "None with device='cpu' (the CPU has one set of kernels)")
+            return cls(_core.Transformer.load(_path(dir, op, "dir"), A.threads_arg(op, threads), num_layers))
+        if threads is not None:
+            A.fail(op, "threads", A.show(threads), "None with device='cuda' (threads set the CPU backend)")
+        kernels = A.kernels_arg(op, kernels)
+        return cls(_core.CudaTransformer.load(_path(dir, op, "dir"), index, num_layers, kernels))
+
+    @property
+    def device(self) -> str:
+        """'cpu', or 'cuda:N' for a transformer on a GPU."""
+        return f"cuda:{self._impl.device}" if self._sequence_type is CudaSequence else "cpu"
+
+    @property
+    def kernels(self) -> Optional[str]:
+        """The CUDA kernels ('exact' or 'fast') of a transformer on a GPU; None on the CPU."""
+        return self._impl.kernels if self._sequence_type is CudaSequence else None
 
     @property
     def config(self) -> Dict[str, Any]:
@@ -91,12 +147,13 @@ class Transformer:
         return self._impl.num_layers
 
     @property
-    def threads(self) -> int:
-        return self._impl.threads
+    def threads(self) -> Optional[int]:
+        """The CPU threads of each call; None for a transformer on a GPU."""
+        return None if self._sequence_type is CudaSequence else self._impl.threads
 
-    def new_sequence(self, max_tokens: int) -> Sequence:
-        """A new, empty sequence (its KV caches) of up to ``max_tokens`` tokens (<=
-        max_position_embeddings)."""
+    def new_sequence(self, max_tokens: int) -> Any:
+        """A new, empty sequence (its KV caches: a dsa.Sequence, or a dsa.CudaSequence on a GPU)
+        of up to ``max_tokens`` tokens (<= max_position_embeddings)."""
         return self._impl.new_sequence(A.int_arg("Transformer.new_sequence", "max_tokens", max_tokens))
 
     def forward(self, seq: Sequence, tokens: Any, *, max_chunk: int = 4096, trace: bool = False,
@@ -114,8 +171,8 @@ class Transformer:
         ``nonfinite="propagate"`` they are returned instead. A non-finite value inside the model
         that did not reach the logits (index scores gone NaN, say) is a ``dsa.NonFiniteWarning``."""
         op = "Transformer.forward"
-        if not isinstance(seq, Sequence):
-            A.fail(op, "seq", A.typed(seq), "a dsa.Sequence (Transformer.new_sequence)")
+        if not isinstance(seq, self._sequence_type):
+            A.fail(op, "seq", A.typed(seq), f"a dsa.{self._sequence_type.__name__} (this transformer's new_sequence)")
         max_chunk = A.int_arg(op, "max_chunk", max_chunk)
         trace = A.flag_arg(op, "trace", trace)
         nonfinite = A.str_arg(op, "nonfinite", nonfinite, "'error' or 'propagate'")
@@ -141,7 +198,7 @@ class Transformer:
         before anything runs; ``nonfinite`` as for ``forward``."""
         op = "Transformer.forward_batch"
         if not isinstance(seqs, (list, tuple)):
-            A.fail(op, "seqs", A.typed(seqs), "a list of dsa.Sequence")
+            A.fail(op, "seqs", A.typed(seqs), f"a list of dsa.{self._sequence_type.__name__}")
         if not isinstance(tokens, (list, tuple)):
             A.fail(op, "tokens", A.typed(tokens), "a list of token arrays, one per sequence")
         max_chunk = A.int_arg(op, "max_chunk", max_chunk)
@@ -149,7 +206,7 @@ class Transformer:
         nonfinite = A.str_arg(op, "nonfinite", nonfinite, "'error' or 'propagate'")
         if nonfinite not in ("error", "propagate"):
             A.fail(op, "nonfinite", repr(nonfinite), "'error' or 'propagate'")
-        had = [s.first_nonfinite is not None if isinstance(s, Sequence) else True for s in seqs]
+        had = [s.first_nonfinite is not None if isinstance(s, self._sequence_type) else True for s in seqs]
         out = self._impl.forward_batch(list(seqs), [_tokens(t) for t in tokens], max_chunk, all_logits,
                                        nonfinite == "propagate")
         for s, h, logits in zip(seqs, had, out):

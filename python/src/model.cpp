@@ -1,6 +1,8 @@
-// dsa.Transformer (the reference DeepSeek-V3.2 forward pass, dsa::model::transformer on the CPU
-// backend), dsa.Sequence, and dsa.validate_model (dsa_validate's golden model replay,
-// tools/validate/model_replay.hpp, returning the report as data).
+// dsa.Transformer (the reference DeepSeek-V3.2 forward pass: _core.Transformer is
+// dsa::model::transformer on the CPU backend, _core.CudaTransformer, in a build with CUDA, the same
+// pass on the CUDA backend), dsa.Sequence and dsa.CudaSequence, and dsa.validate_model
+// (dsa_validate's golden model replay, tools/validate/model_replay.hpp, returning the report as
+// data).
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
@@ -11,23 +13,102 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "common.hpp"
 #include "dsa/model/transformer.hpp"
+#ifdef DSA_PY_CUDA
+#include "dsa/model/cuda/transformer.hpp"  // under DSA_EXTERN_CUDA_TRANSFORMER: dsa_cuda_transformer's instance
+#endif
 #include "results.hpp"
 #include "validate/model_cases.hpp"
+
+#ifdef DSA_PY_CUDA
+// A device sequence owns device buffers and moves only; its implicit copy constructor is declared
+// (std::vector's) but cannot be instantiated, which nanobind's trait must be told.
+template <>
+struct nanobind::detail::is_copy_constructible<dsa::model::device_sequence> : std::false_type {};
+#endif
 
 namespace dsa_py {
 namespace {
 
 using cpu_transformer = dsa::model::transformer<dsa::cpu_backend>;
 
-/// A transformer and the lock that keeps its forward calls one at a time (the GIL is released
-/// while they run, and a transformer's phase times and decode weights are per instance).
-struct py_transformer {
-  cpu_transformer model;
-  std::mutex mutex;
-  explicit py_transformer(cpu_transformer m) : model(std::move(m)) {}
+/// A CPU transformer and the lock that keeps its calls one at a time (the GIL is released while
+/// they run, and a transformer's phase times and decode weights are per instance).
+class py_transformer {
+ public:
+  using model_type = cpu_transformer;
+  explicit py_transformer(cpu_transformer m) : model_(std::move(m)) {}
+  const cpu_transformer& model() const { return model_; }
+
+  /// f(model) without the GIL, under the lock.
+  template <class F>
+  auto run(std::string_view, F&& f) {
+    nogil release;
+    std::lock_guard<std::mutex> lock(mutex_);
+    return f(model_);
+  }
+
+ private:
+  cpu_transformer model_;
+  std::mutex mutex_;
 };
+
+#ifdef DSA_PY_CUDA
+using cuda_transformer = dsa::model::transformer<dsa::cuda_backend>;
+
+/// A CUDA transformer on one device and a stream of its own, with the same lock. Every call makes
+/// its device current for the call (Python threads may have switched devices between calls),
+/// and so does the destructor, which frees the weights and handles before the stream.
+class py_cuda_transformer {
+ public:
+  using model_type = cuda_transformer;
+  py_cuda_transformer(const std::filesystem::path& dir, int device, dsa::index_t num_layers,
+                      dsa::cuda_kernel_path kernels)
+      : device_(device) {
+    const device_scope scope("Transformer.load", device_);
+    DSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    dsa::cuda_backend be{};
+    be.stream = stream_;
+    be.kernels = kernels;
+    try {
+      model_.emplace(cuda_transformer::load(dir, be, num_layers));
+    } catch (...) {
+      (void)cudaStreamDestroy(stream_);
+      throw;
+    }
+  }
+  py_cuda_transformer(const py_cuda_transformer&) = delete;
+  py_cuda_transformer& operator=(const py_cuda_transformer&) = delete;
+  ~py_cuda_transformer() {
+    try {
+      const device_scope scope("Transformer", device_);
+      model_.reset();
+      (void)cudaStreamDestroy(stream_);
+    } catch (...) {  // a destructor cannot report; the process is losing its device anyway
+    }
+  }
+
+  const cuda_transformer& model() const { return *model_; }
+  int device() const { return device_; }
+
+  template <class F>
+  auto run(std::string_view op, F&& f) {
+    nogil release;
+    std::lock_guard<std::mutex> lock(mutex_);
+    const device_scope scope(op, device_);
+    return f(*model_);
+  }
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  std::optional<cuda_transformer> model_;
+  std::mutex mutex_;
+};
+#endif
 
 template <class T>
 nb::ndarray<nb::numpy, T> numpy_of(std::vector<T>&& v, std::initializer_list<size_t> shape) {
@@ -70,7 +151,8 @@ std::vector<std::int64_t> token_vector(nb::handle tokens) {
   return ids;
 }
 
-nb::object forward(py_transformer& t, dsa::model::sequence& seq, nb::handle tokens, dsa::index_t max_chunk,
+template <class T>
+nb::object forward(T& t, typename T::model_type::sequence_type& seq, nb::handle tokens, dsa::index_t max_chunk,
                    bool trace, bool propagate_nonfinite) {
   const std::vector<std::int64_t> ids = token_vector(tokens);
   std::vector<trace_copy> traces;
@@ -93,12 +175,8 @@ nb::object forward(py_transformer& t, dsa::model::sequence& seq, nb::handle toke
       traces.push_back(std::move(c));
     };
   }
-  std::vector<float> logits;
-  {
-    nogil release;
-    std::lock_guard<std::mutex> lock(t.mutex);
-    logits = t.model.forward(seq, std::span<const std::int64_t>(ids), opt);
-  }
+  std::vector<float> logits =
+      t.run("Transformer.forward", [&](auto& model) { return model.forward(seq, std::span<const std::int64_t>(ids), opt); });
   const size_t vocab = logits.size();
   nb::object out = nb::cast(numpy_of(std::move(logits), {vocab}));
   if (!trace) return out;
@@ -119,20 +197,22 @@ nb::object forward(py_transformer& t, dsa::model::sequence& seq, nb::handle toke
 
 // The batched forward: each sequence's tokens appended in one call (dsa::model::transformer's
 // forward(batch)); returns a list of float32 logits arrays, one per sequence.
-nb::list forward_batch(py_transformer& t, nb::list seqs, nb::list tokens, dsa::index_t max_chunk, bool all_logits,
+template <class T>
+nb::list forward_batch(T& t, nb::list seqs, nb::list tokens, dsa::index_t max_chunk, bool all_logits,
                        bool propagate_nonfinite) {
+  using model_type = typename T::model_type;
   constexpr std::string_view op = "Transformer.forward_batch";
   const std::size_t n = nb::len(seqs);
   if (nb::len(tokens) != n) {
     dsa::fail(op, "len(tokens)", nb::len(tokens), std::to_string(n) + " (one token array per sequence)");
   }
   std::vector<std::vector<std::int32_t>> ids(n);
-  std::vector<dsa::model::transformer<dsa::cpu_backend>::batch_entry> batch(n);
+  std::vector<typename model_type::batch_entry> batch(n);
   for (std::size_t i = 0; i < n; ++i) {
-    dsa::model::sequence* seq = nullptr;
+    typename model_type::sequence_type* seq = nullptr;
     if (!nb::try_cast(seqs[i], seq) || seq == nullptr) {
       dsa::fail(op, "seqs[" + std::to_string(i) + "]", dsa::quoted(nb::str(nb::type_name(seqs[i].type())).c_str()),
-                "a dsa.Sequence (Transformer.new_sequence)");
+                "a sequence of this transformer (Transformer.new_sequence)");
     }
     // Token ids as int32 (the library checks each against the vocabulary before anything runs).
     for (const std::int64_t id : token_vector(tokens[i])) {
@@ -147,13 +227,9 @@ nb::list forward_batch(py_transformer& t, nb::list seqs, nb::list tokens, dsa::i
   opt.max_chunk = max_chunk;
   opt.all_logits = all_logits;
   if (propagate_nonfinite) opt.on_nonfinite = dsa::model::nonfinite_policy::propagate;
-  std::vector<std::vector<float>> logits;
-  {
-    nogil release;
-    std::lock_guard<std::mutex> lock(t.mutex);
-    logits = t.model.forward(std::span<const dsa::model::transformer<dsa::cpu_backend>::batch_entry>(batch), opt);
-  }
-  const auto vocab = static_cast<size_t>(t.model.config().vocab_size);
+  std::vector<std::vector<float>> logits = t.run(
+      op, [&](auto& model) { return model.forward(std::span<const typename model_type::batch_entry>(batch), opt); });
+  const auto vocab = static_cast<size_t>(t.model().config().vocab_size);
   nb::list out;
   for (std::vector<float>& l : logits) {
     const size_t rows = l.size() / vocab;
@@ -166,8 +242,9 @@ nb::list forward_batch(py_transformer& t, nb::list seqs, nb::list tokens, dsa::i
   return out;
 }
 
-nb::dict phase_times(const py_transformer& t) {
-  const auto& p = t.model.phase_times();
+template <class T>
+nb::dict phase_times(const T& t) {
+  const auto& p = t.model().phase_times();
   nb::dict d;
   d["indexer"] = p.indexer;
   d["topk"] = p.topk;
@@ -302,18 +379,17 @@ nb::dict validate_model_with(const std::string& dir, const std::string& backend,
   return model_report(dir, backend, r);
 }
 
-}  // namespace
-
-void bind_model(nb::module_& m) {
-  nb::class_<dsa::model::sequence>(m, "Sequence",
-                                   "The KV caches of one sequence of tokens (Transformer.new_sequence).")
-      .def_prop_ro("length", &dsa::model::sequence::length, "Tokens processed so far (the next token's position).")
-      .def_prop_ro("max_tokens", &dsa::model::sequence::max_tokens, "The most tokens this sequence may hold.")
-      .def_prop_ro("cache_bytes", &dsa::model::sequence::cache_bytes, "Cache bytes allocated.")
-      .def("reset", &dsa::model::sequence::reset, "Forgets every token; the sequence restarts at position 0.")
+/// dsa.Sequence or dsa.CudaSequence: the caches of one sequence, on the host or on the device.
+template <class S>
+void bind_sequence(nb::module_& m, const char* name, const char* doc) {
+  nb::class_<S>(m, name, doc)
+      .def_prop_ro("length", &S::length, "Tokens processed so far (the next token's position).")
+      .def_prop_ro("max_tokens", &S::max_tokens, "The most tokens this sequence may hold.")
+      .def_prop_ro("cache_bytes", &S::cache_bytes, "Cache bytes allocated.")
+      .def("reset", &S::reset, "Forgets every token; the sequence restarts at position 0.")
       .def_prop_ro(
           "first_nonfinite",
-          [](const dsa::model::sequence& s) -> nb::object {
+          [](const S& s) -> nb::object {
             const auto& site = s.first_nonfinite();
             if (!site) return nb::none();
             nb::dict d;
@@ -325,34 +401,82 @@ void bind_model(nb::module_& m) {
           },
           "Where this sequence's values first stopped being finite (a dict: layer, stage, position, text), or "
           "None.");
+}
 
-  nb::class_<py_transformer>(m, "Transformer")
-      .def_static(
-          "load",
-          [](const std::string& dir, int threads, dsa::index_t num_layers) {
-            const auto be = cpu_backend(threads, "Transformer.load");
-            std::unique_ptr<py_transformer> t;
-            {
-              nogil release;
-              t = std::make_unique<py_transformer>(cpu_transformer::load(std::filesystem::path(dir), be, num_layers));
-            }
-            return t.release();
+/// What _core.Transformer and _core.CudaTransformer share.
+template <class T>
+void bind_transformer_calls(nb::class_<T>& c) {
+  c.def_prop_ro("config_json", [](const T& t) { return t.model().config().to_json().dump(); })
+      .def_prop_ro("num_layers", [](const T& t) { return t.model().num_layers(); })
+      .def(
+          "new_sequence",
+          [](T& t, dsa::index_t max_tokens) {
+            return t.run("Transformer.new_sequence", [&](auto& model) { return model.new_sequence(max_tokens); });
           },
-          nb::arg("dir"), nb::arg("threads"), nb::arg("num_layers"), nb::rv_policy::take_ownership)
-      .def_prop_ro("config_json", [](const py_transformer& t) { return t.model.config().to_json().dump(); })
-      .def_prop_ro("num_layers", [](const py_transformer& t) { return t.model.num_layers(); })
-      .def_prop_ro("threads", [](const py_transformer& t) { return dsa::cpu_detail::thread_count(t.model.backend()); })
-      .def("new_sequence", [](const py_transformer& t, dsa::index_t max_tokens) { return t.model.new_sequence(max_tokens); },
-           nb::arg("max_tokens"))
-      .def("forward", &forward, nb::arg("seq"), nb::arg("tokens"), nb::arg("max_chunk"), nb::arg("trace"),
+          nb::arg("max_tokens"))
+      .def("forward", &forward<T>, nb::arg("seq"), nb::arg("tokens"), nb::arg("max_chunk"), nb::arg("trace"),
            nb::arg("propagate_nonfinite"))
-      .def("forward_batch", &forward_batch, nb::arg("seqs"), nb::arg("tokens"), nb::arg("max_chunk"),
+      .def("forward_batch", &forward_batch<T>, nb::arg("seqs"), nb::arg("tokens"), nb::arg("max_chunk"),
            nb::arg("all_logits"), nb::arg("propagate_nonfinite"))
-      .def_prop_ro("phase_times", &phase_times)
-      .def("reset_phase_times", [](py_transformer& t) {
-        std::lock_guard<std::mutex> lock(t.mutex);
-        t.model.reset_phase_times();
-      });
+      .def_prop_ro("phase_times", &phase_times<T>)
+      .def("reset_phase_times",
+           [](T& t) { t.run("Transformer.reset_phase_times", [](auto& model) { model.reset_phase_times(); }); });
+}
+
+}  // namespace
+
+void bind_model(nb::module_& m) {
+  bind_sequence<dsa::model::sequence>(m, "Sequence",
+                                      "The KV caches of one sequence of tokens (Transformer.new_sequence).");
+  nb::class_<py_transformer> cpu(m, "Transformer");
+  cpu.def_static(
+         "load",
+         [](const std::string& dir, int threads, dsa::index_t num_layers) {
+           const auto be = cpu_backend(threads, "Transformer.load");
+           const std::filesystem::path p = path_arg("Transformer.load", "dir", dir);
+           std::unique_ptr<py_transformer> t;
+           {
+             nogil release;
+             t = std::make_unique<py_transformer>(cpu_transformer::load(p, be, num_layers));
+           }
+           return t.release();
+         },
+         nb::arg("dir"), nb::arg("threads"), nb::arg("num_layers"), nb::rv_policy::take_ownership)
+      .def_prop_ro("threads", [](const py_transformer& t) { return dsa::cpu_detail::thread_count(t.model().backend()); });
+  bind_transformer_calls(cpu);
+
+#ifdef DSA_PY_CUDA
+  bind_sequence<dsa::model::device_sequence>(
+      m, "CudaSequence", "The KV caches of one sequence of tokens in device memory (Transformer.new_sequence of a "
+                         "transformer loaded with device='cuda').");
+  nb::class_<py_cuda_transformer> gpu(m, "CudaTransformer");
+  gpu.def_static(
+         "load",
+         [](const std::string& dir, int device, dsa::index_t num_layers, const std::string& kernels) {
+           constexpr std::string_view op = "Transformer.load";
+           check_kernels(op, kernels);
+           const std::filesystem::path p = path_arg(op, "dir", dir);
+           const int n = cuda_device_count();
+           if (device < 0 || device >= n) {
+             dsa::fail(op, "device", "cuda:" + std::to_string(device),
+                       n == 0 ? std::string("a CUDA device; this process sees none (no GPU, or no CUDA driver new "
+                                            "enough for this build)")
+                              : "cuda:0 to cuda:" + std::to_string(n - 1) + " (the devices this process sees)");
+           }
+           const auto path = kernels == "exact" ? dsa::cuda_kernel_path::exact : dsa::cuda_kernel_path::fast;
+           std::unique_ptr<py_cuda_transformer> t;
+           {
+             nogil release;
+             t = std::make_unique<py_cuda_transformer>(p, device, num_layers, path);
+           }
+           return t.release();
+         },
+         nb::arg("dir"), nb::arg("device"), nb::arg("num_layers"), nb::arg("kernels"), nb::rv_policy::take_ownership)
+      .def_prop_ro("device", &py_cuda_transformer::device)
+      .def_prop_ro("kernels",
+                   [](const py_cuda_transformer& t) { return dsa::cuda_kernel_path_name(t.model().backend().kernels); });
+  bind_transformer_calls(gpu);
+#endif
 
   m.def("validate_model", &validate_model, nb::arg("dir"), nb::arg("threads"), nb::arg("max_chunk"),
         nb::arg("keep_outputs"));

@@ -124,7 +124,7 @@ def test_the_valid_calls_run(op):
 
 def test_every_public_op_is_covered():
     ops = {n for n in dsa.__all__ if callable(getattr(dsa, n)) and n not in (
-        "Error", "NonFiniteError", "NonFiniteWarning", "Sequence", "Transformer", "validate", "validate_model", "built_with_cuda", "causal_ranges",
+        "CudaSequence", "Error", "NonFiniteError", "NonFiniteWarning", "Sequence", "Transformer", "validate", "validate_model", "built_with_cuda", "causal_ranges",
         "cuda_available", "cuda_device_count", "get_cuda_kernels", "get_num_threads", "has_ml_dtypes",
         "register_torch_ops", "set_cuda_kernels", "set_num_threads",
         "sparse_mla_attention_num_splits", "sparse_mla_attention_workspace_size")}

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import dsa
-from conftest import bf16_bits, random_e4m3
+from conftest import DATA, bf16_bits, random_e4m3
 
 # ---- the build, without a GPU ------------------------------------------------------------------
 
@@ -596,3 +596,82 @@ def test_linear_from_several_threads(torch, rng):
     assert not errors, errors
     for r in results:
         assert torch.equal(r, expect)
+
+
+# ---- the forward pass on the GPU: Transformer.load(..., device="cuda") ---------------------------
+
+
+def test_transformer_device_argument():
+    tiny = DATA / "tiny-dsv32"
+    for bad in ("gpu", "cuda:x", "cuda:-1", "cuda:", "CUDA", 0, None):
+        with pytest.raises(dsa.Error, match=r"dsa::Transformer.load: device = .*; expected 'cpu', 'cuda' or 'cuda:N'"):
+            dsa.Transformer.load(tiny, device=bad)
+    with pytest.raises(dsa.Error, match=r"dsa::Transformer.load: kernels = 'fast'; expected None with device='cpu'"):
+        dsa.Transformer.load(tiny, kernels="fast")
+    m = dsa.Transformer.load(tiny, threads=1, device="cpu")
+    assert (m.device, m.kernels, m.threads) == ("cpu", None, 1)
+    with pytest.raises(dsa.Error, match=r"dsa::Transformer.forward: seq = 'not a sequence' \(str\); expected a dsa.Sequence"):
+        m.forward("not a sequence", [1])
+    if not dsa.built_with_cuda():
+        with pytest.raises(dsa.Error, match=r"device = 'cuda'; expected 'cpu': this dsa was built without its CUDA"):
+            dsa.Transformer.load(tiny, device="cuda")
+        with pytest.raises(dsa.Error, match=r"dsa::CudaSequence: \(\) = a direct construction"):
+            dsa.CudaSequence()
+        return
+    with pytest.raises(dsa.Error, match=r"dsa::Transformer.load: threads = 2; expected None with device='cuda'"):
+        dsa.Transformer.load(tiny, threads=2, device="cuda")
+    with pytest.raises(dsa.Error, match=r"dsa::Transformer.load: kernels = 'tensor'; expected None, 'fast' .* or 'exact'"):
+        dsa.Transformer.load(tiny, device="cuda", kernels="tensor")
+    n = dsa.cuda_device_count()
+    want = "this process sees none" if n == 0 else rf"cuda:0 to cuda:{n - 1}"
+    with pytest.raises(dsa.Error, match=rf"dsa::Transformer.load: device = cuda:{n + 3}; expected .*{want}"):
+        dsa.Transformer.load(tiny, device=f"cuda:{n + 3}")
+    if n == 0:
+        with pytest.raises(dsa.Error, match=r"dsa::Transformer.load: device = cuda:0; expected a CUDA device; this "
+                                            r"process sees none"):
+            dsa.Transformer.load(tiny, device="cuda")
+
+
+def _cosine(a, b):
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.mark.parametrize("kernels", ["exact", "fast"])
+def test_transformer_on_the_gpu_matches_the_cpu(torch, kernels):
+    # The bound of tests/cuda/test_model_transformer.cpp: the CUDA pass agrees with the CPU one to
+    # a logits cosine >= 0.999 with the same argmax (docs/cuda.md), not bit for bit.
+    tiny = DATA / "tiny-dsv32"
+    cpu = dsa.Transformer.load(tiny, threads=2)
+    gpu = dsa.Transformer.load(tiny, device=torch.device("cuda:0"), kernels=kernels)
+    assert (gpu.device, gpu.kernels, gpu.threads) == ("cuda:0", kernels, None)
+    assert gpu.config == cpu.config and gpu.num_layers == cpu.num_layers
+    prompt = np.random.default_rng(3).integers(0, 512, 12)
+    sc, sg = cpu.new_sequence(64), gpu.new_sequence(64)
+    assert isinstance(sg, dsa.CudaSequence) and sg.max_tokens == 64
+    want, got = cpu.forward(sc, prompt), gpu.forward(sg, prompt)
+    for _ in range(4):
+        assert got.dtype == np.float32 and got.shape == want.shape
+        assert _cosine(got, want) >= 0.999 and got.argmax() == want.argmax()
+        nxt = int(want.argmax())
+        want, got = cpu.forward(sc, [nxt]), gpu.forward(sg, [nxt])
+    assert sg.length == sc.length == len(prompt) + 4 and sg.cache_bytes > 0
+    assert set(gpu.phase_times) == set(cpu.phase_times) and gpu.phase_times["total"] > 0
+    # A sequence of the other backend is refused before anything runs.
+    with pytest.raises(dsa.Error, match=r"seq = an object of type Sequence; expected a dsa.CudaSequence"):
+        gpu.forward(sc, [1])
+    with pytest.raises(dsa.Error, match=r"seq = an object of type CudaSequence; expected a dsa.Sequence"):
+        cpu.forward(sg, [1])
+
+
+def test_transformer_on_the_gpu_batch_and_trace(torch):
+    gpu = dsa.Transformer.load(DATA / "tiny-dsv32", device="cuda")
+    prompts = [np.random.default_rng(i).integers(0, 512, n) for i, n in enumerate((5, 1, 9))]
+    alone = [gpu.forward(gpu.new_sequence(32), p) for p in prompts]
+    seqs = [gpu.new_sequence(32) for _ in prompts]
+    batch = gpu.forward_batch(seqs, prompts)
+    for b, a in zip(batch, alone):  # cuBLAS may tile by shape: the bound of the C++ test
+        assert _cosine(b, a) >= 0.9999 and b.argmax() == a.argmax()
+    logits, layers = gpu.forward(gpu.new_sequence(32), prompts[2], trace=True)
+    assert len(layers) == gpu.num_layers
+    assert layers[0]["topk"].shape[0] == len(prompts[2]) and layers[0]["ffn_out"].dtype == np.uint16
