@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 #include <span>
@@ -40,7 +41,9 @@
 #include "cuda/op_test.hpp"
 #include "dsa/core/backend.hpp"
 #include "dsa/cuda/blas.hpp"
+#include "dsa/cuda/ops.hpp"  // the CUDA ops the host-grouping MoE path calls
 #include "dsa/model/cuda/device_sequence.hpp"
+#include "dsa/model/cuda/device_weights.hpp"
 #include "dsa/model/cuda/transformer.hpp"
 #include "dsa/model/random_checkpoint.hpp"
 #include "dsa/model/safetensors.hpp"
@@ -443,6 +446,58 @@ TEST_CASE("batched forward on the GPU: bit for bit as alone with the SIMT linear
           CHECK(argmax(*got) == argmax(*want));
         }
       }
+    }
+  }
+}
+
+TEST_CASE("an MoE decode step's experts grouped on the device are the host grouping's bits (exact kernels)") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  // dsa/model/cuda/moe.cuh: the grouping kernel and the grouped decode GEMVs give every routed row
+  // the bits of fp8_linear's exact GEMV, which the host grouping's per-expert mlp_forward runs
+  // for an expert's few rows; so expert_out and rows must be identical, for any routing of up to
+  // moe_grouped_max_tokens tokens (repeated experts, one expert for all, an expert's 8 rows).
+  dsa_test::test_stream s;
+  const dsa::cuda_backend be = s.backend(dsa::cuda_kernel_path::exact);
+  const auto w = dsa::model::weights::load(tiny_dir);
+  const dsa::model::device_weights dw(w, s.get());
+  const dsa::model::config& cfg = w.config();
+  const dsa::model::layer_settings settings = dsa::model::checked_layer_settings(cfg);
+  const dsa::model::layer_context<dsa::cuda_backend> ctx{be, cfg, settings.act_format, settings.rope, nullptr};
+  const dsa::model::device_moe_weights* moe = nullptr;
+  for (const auto& l : dw.layers) {
+    if (l.moe) moe = &*l.moe;
+  }
+  REQUIRE(moe != nullptr);
+  REQUIRE(!moe->expert_table.is_absent());
+  const index_t d = cfg.hidden_size, n = static_cast<index_t>(moe->experts.size());
+  const index_t k = dsa::model::moe_routing_config_of(cfg).top_k;
+  std::mt19937_64 rng(5);
+  for (const index_t t : {index_t{1}, index_t{3}, dsa::model::moe_grouped_max_tokens}) {
+    for (const bool one_expert : {false, true}) {
+      CAPTURE(t);
+      CAPTURE(one_expert);
+      std::vector<dsa::bf16> x(static_cast<std::size_t>(t * d));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (auto& v : x) v = dsa::bf16(normal(rng));
+      std::vector<std::int32_t> ids;
+      for (index_t i = 0; i < t; ++i) {
+        std::vector<std::int32_t> all(static_cast<std::size_t>(n));
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        if (one_expert) all[0] = static_cast<std::int32_t>(n - 1);  // every token's first slot: one expert
+        std::sort(all.begin(), all.begin() + k);
+        ids.insert(ids.end(), all.begin(), all.begin() + k);
+      }
+      const auto xd = dsa_test::upload(x, s.get());
+      const auto idsd = dsa_test::upload(ids, s.get());
+      dsa::device_buffer<dsa::bf16> on_device(t * k * d, s.get()), on_host(t * k * d, s.get());
+      const auto xv = dsa::device_view<const dsa::bf16, 2>(xd.data(), {t, d});
+      const auto iv = dsa::device_view<const std::int32_t, 2>(idsd.data(), {t, k});
+      const auto rows_device = dsa::model::moe_experts_grouped_on_device(ctx, *moe, xv, iv, on_device.view({t * k, d}));
+      const auto rows_host = dsa::model::moe_experts_grouped_on_host(ctx, *moe, xv, iv, on_host.view({t * k, d}), nullptr);
+      CHECK(dsa::to_host(rows_device, s.get()) == dsa::to_host(rows_host, s.get()));
+      const auto a = dsa_test::download(on_device, s.get()), b = dsa_test::download(on_host, s.get());
+      CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(dsa::bf16)) == 0);
     }
   }
 }

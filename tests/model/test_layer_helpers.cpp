@@ -1,15 +1,20 @@
 // The host helpers both transformers share (the CPU layers and dsa/model/cuda/): the grouping of
-// MoE assignments by expert (group_by_expert) and the row slices of a checkpoint weight
-// (linear_weight::rows), including their errors.
+// MoE assignments by expert (group_by_expert), the CUDA decode grouping's per-thread functions
+// (dsa/numerics/moe_grouping.hpp, run here in the kernel's phases) against it, and the row slices
+// of a checkpoint weight (linear_weight::rows), including their errors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "dsa/core/error.hpp"
 #include "dsa/model/layers/moe.hpp"
 #include "dsa/model/weights.hpp"
+#include "dsa/numerics/moe_grouping.hpp"
 
 namespace {
 
@@ -22,6 +27,50 @@ std::string error_of(auto&& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// What moe_group_kernel (dsa/model/cuda/moe.cuh) computes, phase by phase with the same
+// functions: the counts (any thread order), one thread's offsets and active list, then every slot
+// placed, here in a shuffled order (threads place theirs in no particular order).
+struct device_grouping {
+  std::vector<std::int32_t> count, offset, active, rows, token_of;
+};
+
+device_grouping group_as_the_kernel(const std::vector<std::int32_t>& ids, index_t k, index_t n_experts,
+                                    std::uint64_t seed) {
+  const auto slots = static_cast<index_t>(ids.size());
+  device_grouping g;
+  g.count.resize(static_cast<std::size_t>(n_experts));
+  for (index_t e = 0; e < n_experts; ++e) g.count[static_cast<std::size_t>(e)] = dsa::moe_expert_count(ids.data(), slots, e);
+  g.offset.assign(static_cast<std::size_t>(n_experts) + 1, -7);
+  g.active.assign(static_cast<std::size_t>(std::max<index_t>(1, std::min(n_experts, slots))), -7);
+  g.active.resize(static_cast<std::size_t>(dsa::moe_expert_offsets(g.count.data(), n_experts, g.offset.data(), g.active.data())));
+  g.rows.assign(static_cast<std::size_t>(slots), 0x5A5A5A5A);
+  g.token_of.assign(static_cast<std::size_t>(slots), -1);
+  std::vector<index_t> order(static_cast<std::size_t>(slots));
+  std::iota(order.begin(), order.end(), index_t{0});
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  for (const index_t i : order) {
+    dsa::moe_place_slot(ids.data(), i, k, n_experts, g.offset.data(), g.rows.data(), g.token_of.data());
+  }
+  return g;
+}
+
+// t tokens' k expert ids out of n: distinct and ascending per token (what moe_route gives) or,
+// with `repeats`, any.
+std::vector<std::int32_t> random_routing(index_t t, index_t k, index_t n_experts, bool repeats, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int32_t> ids, all(static_cast<std::size_t>(n_experts));
+  std::iota(all.begin(), all.end(), 0);
+  for (index_t i = 0; i < t; ++i) {
+    std::shuffle(all.begin(), all.end(), rng);
+    for (index_t j = 0; j < k; ++j) {
+      ids.push_back(repeats ? static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(n_experts))
+                            : all[static_cast<std::size_t>(j)]);
+    }
+    if (!repeats) std::sort(ids.end() - k, ids.end());
+  }
+  return ids;
 }
 
 }  // namespace
@@ -51,6 +100,47 @@ TEST_CASE("group_by_expert rejects expert ids outside [0, n_experts)") {
         "dsa::model::moe_forward: expert_ids[1] = 5; expected an expert id in [0, 5)");
   CHECK(error_of([] { (void)dsa::model::group_by_expert({-1, 0}, 2, 1, 5); }) ==
         "dsa::model::moe_forward: expert_ids[0] = -1; expected an expert id in [0, 5)");
+}
+
+TEST_CASE("the CUDA decode grouping's functions, in the kernel's phases, give group_by_expert's layout") {
+  struct shape {
+    index_t t, k, n_experts;
+    bool repeats;
+  };
+  // Decode steps of DeepSeek-V3.2 (8 of 256) up to moe_grouped_max_tokens tokens, and odd shapes:
+  // one expert, more slots than experts, repeated ids, many experts.
+  const shape shapes[] = {{1, 8, 256, false}, {8, 8, 256, false}, {3, 2, 5, true}, {8, 3, 1, true},
+                          {5, 4, 2000, false}, {1, 1, 1, false},  {7, 6, 9, true}, {8, 8, 64, true}};
+  std::uint64_t seed = 11;
+  for (const auto& s : shapes) {
+    CAPTURE(s.t);
+    CAPTURE(s.k);
+    CAPTURE(s.n_experts);
+    const auto ids = random_routing(s.t, s.k, s.n_experts, s.repeats, ++seed);
+    const auto host = dsa::model::group_by_expert(ids, s.t, s.k, s.n_experts);
+    const auto dev = group_as_the_kernel(ids, s.k, s.n_experts, ++seed);
+    CHECK(std::vector<index_t>(dev.count.begin(), dev.count.end()) == host.count);
+    CHECK(std::vector<index_t>(dev.offset.begin(), dev.offset.end()) == host.offset);
+    CHECK(dev.rows == host.rows);
+    CHECK(dev.token_of == host.token_of);
+    std::vector<std::int32_t> with_slots;
+    for (index_t e = 0; e < s.n_experts; ++e) {
+      if (host.count[static_cast<std::size_t>(e)] > 0) with_slots.push_back(static_cast<std::int32_t>(e));
+    }
+    CHECK(dev.active == with_slots);
+  }
+}
+
+TEST_CASE("the CUDA decode grouping neither counts nor places an id that names no expert") {
+  // The host grouping refuses such ids; a kernel cannot, and must not write out of bounds.
+  const std::vector<std::int32_t> ids{2, -1, 0, 9, 2, 1, 4, 0};
+  const auto dev = group_as_the_kernel(ids, 2, 5, 3);
+  CHECK(dev.count == std::vector<std::int32_t>{2, 1, 2, 0, 1});
+  CHECK(dev.offset == std::vector<std::int32_t>{0, 2, 3, 5, 5, 6});
+  CHECK(dev.active == std::vector<std::int32_t>{0, 1, 2, 4});
+  CHECK(dev.rows == std::vector<std::int32_t>{3, -1, 0, -1, 4, 2, 5, 1});
+  // Rows 0-5 are taken (tokens of the valid slots, ascending per expert); rows 6 and 7 by none.
+  CHECK(dev.token_of == std::vector<std::int32_t>{1, 3, 2, 0, 2, 3, -1, -1});
 }
 
 TEST_CASE("linear_weight::rows slices FP8 codes with their scale blocks, and bf16 rows") {

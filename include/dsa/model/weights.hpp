@@ -36,6 +36,7 @@
 #include "dsa/core/error.hpp"
 #include "dsa/core/tensor_view.hpp"
 #include "dsa/core/types.hpp"
+#include "dsa/numerics/linear.hpp"
 #include "dsa/model/config.hpp"
 #include "dsa/model/finite_scan.hpp"
 #include "dsa/model/io_linkage.hpp"
@@ -139,6 +140,10 @@ struct basic_moe_weights {
   tensor_view<const float, 1, Space> bias;  ///< e_score_correction_bias [n_routed_experts], or absent
   std::vector<basic_mlp_weights<Space>> experts;
   std::optional<basic_mlp_weights<Space>> shared_experts;  ///< absent when n_shared_experts == 0
+  /// [3, n_routed_experts]: the routed experts' gate, up and down projections as one table, which
+  /// the grouped decode GEMVs of the device forward pass read (dsa/model/cuda/moe.cuh). Set by
+  /// device_weights when every expert is FP8; absent otherwise, and in host weights.
+  tensor_view<const fp8_weight_ref, 2, Space> expert_table;
 };
 
 template <class Space>

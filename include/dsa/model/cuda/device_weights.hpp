@@ -31,6 +31,7 @@
 #include "dsa/core/types.hpp"
 #include "dsa/cuda/memory.hpp"
 #include "dsa/model/weights.hpp"
+#include "dsa/numerics/linear.hpp"
 
 DSA_NAMESPACE_BEGIN
 namespace model {
@@ -109,8 +110,34 @@ class device_weights {
     return {upload(up, m.gate_proj), upload(up, m.up_proj), upload(up, m.down_proj)};
   }
 
+  // The routed experts' projections as one [3, n_experts] table of fp8_weight_ref (gate, up,
+  // down) pointing at their device copies, itself uploaded; absent unless every expert is FP8.
+  // The host side is kept with the device_weights (`tables`), as the copy is only enqueued.
+  template <class Upload>
+  static device_view<const fp8_weight_ref, 2> upload_expert_table(Upload& up, const moe_weights& host,
+                                                                  const device_moe_weights& m,
+                                                                  std::vector<std::vector<fp8_weight_ref>>& tables) {
+    const index_t n = static_cast<index_t>(m.experts.size());
+    if (n == 0) return {};
+    for (const mlp_weights& e : host.experts) {
+      if (!e.gate_proj.fp8() || !e.up_proj.fp8() || !e.down_proj.fp8()) return {};
+    }
+    std::vector<fp8_weight_ref>& table = tables.emplace_back(static_cast<std::size_t>(3 * n));
+    const auto ref = [](const device_linear_weight& l) {
+      return fp8_weight_ref{l.q.data_handle(), l.q.stride(0), l.scale.data_handle(), l.scale.stride(0)};
+    };
+    for (index_t e = 0; e < n; ++e) {
+      const device_mlp_weights& x = m.experts[static_cast<std::size_t>(e)];
+      table[static_cast<std::size_t>(e)] = ref(x.gate_proj);
+      table[static_cast<std::size_t>(n + e)] = ref(x.up_proj);
+      table[static_cast<std::size_t>(2 * n + e)] = ref(x.down_proj);
+    }
+    return upload(up, host_view<const fp8_weight_ref, 2>(table.data(), {3, n}));
+  }
+
   template <class Upload>
   void bind(const weights& w, Upload&& up) {
+    expert_tables_.clear();
     const bool lm_head_tied = w.lm_head.data_handle() == w.embed_tokens.data_handle();
     embed_tokens = upload(up, w.embed_tokens);
     norm = upload(up, w.norm);
@@ -142,6 +169,7 @@ class device_weights {
         m.experts.reserve(lw.moe->experts.size());
         for (const mlp_weights& e : lw.moe->experts) m.experts.push_back(upload(up, e));
         if (lw.moe->shared_experts) m.shared_experts = upload(up, *lw.moe->shared_experts);
+        m.expert_table = upload_expert_table(up, *lw.moe, m, expert_tables_);
         d.moe = std::move(m);
       }
       layers.push_back(std::move(d));
@@ -149,6 +177,7 @@ class device_weights {
   }
 
   device_buffer<std::byte> arena_;
+  std::vector<std::vector<fp8_weight_ref>> expert_tables_;  // the host side of each layer's expert table
 };
 
 }  // namespace model

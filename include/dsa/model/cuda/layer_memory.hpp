@@ -30,7 +30,8 @@ struct layer_memory<cuda_backend> {
   /// The layers give the ops that can use scratch memory their workspaces (fp8_linear's
   /// tensor-core path, topk_indices' split over many blocks): stream-ordered buffers of one call.
   static constexpr bool op_workspaces = true;
-  /// The MoE layers group their tokens by expert with kernels (dsa/model/cuda/moe.cuh).
+  /// The MoE layers of decode steps group their tokens by expert with a kernel
+  /// (moe_experts_grouped_on_device, dsa/model/cuda/moe.cuh).
   static constexpr bool device_grouping = true;
   /// Whether the backend runs the tensor-core kernels (then fp8_linear gets its workspace).
   static bool fast_kernels(const cuda_backend& be) { return be.kernels == cuda_kernel_path::fast; }

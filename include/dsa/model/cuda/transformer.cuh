@@ -1,11 +1,13 @@
 // dsa::model::transformer<cuda_backend> with everything it needs to be compiled: the model's
 // device-specific pieces (dsa/model/cuda/transformer.hpp), the CUDA implementations of the ops its
-// layers call and the device side of the non-finite watch. nvcc only; host-compiled code includes
+// layers call, the MoE decode steps' grouping by expert (dsa/model/cuda/moe.cuh) and the device
+// side of the non-finite watch. nvcc only; host-compiled code includes
 // dsa/model/cuda/transformer.hpp under DSA_EXTERN_CUDA_TRANSFORMER instead (that header says how).
 //
 // Part of the dsa::model and dsa::cuda targets.
 #pragma once
 
+#include "dsa/model/cuda/moe.cuh"
 #include "dsa/model/cuda/nonfinite.cuh"
 #include "dsa/model/cuda/transformer.hpp"
 

@@ -92,6 +92,9 @@ class backend_resources<cuda_backend> {
 
 #ifdef DSA_EXTERN_CUDA_TRANSFORMER
 extern template class transformer<cuda_backend>;
+extern template layer_buffer<cuda_backend, std::int32_t> moe_experts_grouped_on_device<cuda_backend>(
+    const layer_context<cuda_backend>&, const device_moe_weights&, device_view<const bf16, 2>,
+    device_view<const std::int32_t, 2>, device_view<bf16, 2>);
 #endif
 
 }  // namespace model

@@ -76,8 +76,9 @@ struct layer_memory<cpu_backend> {
   /// backend ignores them (its kernels keep host scratch of their own), so the layers do not
   /// allocate them.
   static constexpr bool op_workspaces = false;
-  /// Whether the MoE layers group their tokens by expert on the device (dsa/model/cuda/moe.cuh)
-  /// instead of on the host (group_by_expert).
+  /// Whether the MoE layers of decode steps group their tokens by expert on the device
+  /// (moe_experts_grouped_on_device, dsa/model/cuda/moe.cuh) instead of on the host
+  /// (group_by_expert).
   static constexpr bool device_grouping = false;
   static bool fast_kernels(const cpu_backend&) { return false; }
 

@@ -2,9 +2,11 @@
 // logits, noaux_tc routing with the checkpoint's e_score_correction_bias when it has one, each
 // routed expert run on the tokens routed to it (gathered, so an expert's work is proportional to
 // its tokens), the shared experts on every token, and the fp32 combine in ascending expert id,
-// rounded to bf16. Any backend: the grouping of (token, slot) assignments by expert runs on the
-// host (group_by_expert), which on the CUDA backend costs one copy of the ids [t, k] to the host
-// per MoE layer.
+// rounded to bf16. Any backend. The (token, slot) assignments are grouped by expert in the layout
+// of dsa/numerics/moe_grouping.hpp: on the host (group_by_expert), which on the CUDA backend costs
+// a copy of the ids [t, k] to the host per MoE layer; except for a CUDA decode step (at most
+// moe_grouped_max_tokens tokens, FP8 experts), which groups by a kernel and runs the experts as
+// grouped GEMVs (moe_grouped_experts, dsa/model/cuda/moe.cuh), so that it never waits for the host.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "dsa/model/layers/context.hpp"
 #include "dsa/model/layers/mlp.hpp"
 #include "dsa/model/weights.hpp"
+#include "dsa/numerics/moe_grouping.hpp"
 #include "dsa/ops/linear.hpp"
 #include "dsa/ops/moe_combine.hpp"
 #include "dsa/ops/moe_routing.hpp"
@@ -45,7 +48,7 @@ inline expert_groups group_by_expert(const std::vector<std::int32_t>& ids, index
   g.count.assign(static_cast<std::size_t>(n_experts), 0);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::int32_t e = ids[i];
-    if (e < 0 || e >= n_experts) {
+    if (!moe_expert_valid(e, n_experts)) {
       fail("model::moe_forward", "expert_ids[" + std::to_string(i) + "]", e,
            "an expert id in [0, " + std::to_string(n_experts) + ")");
     }
@@ -67,6 +70,51 @@ inline expert_groups group_by_expert(const std::vector<std::int32_t>& ids, index
   return g;
 }
 
+/// The routed experts on the host's grouping: each expert with tokens runs mlp_forward on its
+/// gathered rows, writing them to expert_out [t * k, d] in the grouped layout; returns rows [t, k]
+/// for the combine (on the backend). `routed` gets the ids, when given.
+template <class B>
+layer_buffer<B, std::int32_t> moe_experts_grouped_on_host(const layer_context<B>& ctx,
+                                                          const basic_moe_weights<typename B::memory_space>& w,
+                                                          in_view<B, bf16, 2> x, in_view<B, std::int32_t, 2> ids,
+                                                          out_view<B, bf16, 2> expert_out,
+                                                          std::vector<std::int32_t>* routed) {
+  using memory = layer_memory<B>;
+  const index_t t = ids.extent(0), k = ids.extent(1), d = x.extent(1);
+  const index_t n_experts = static_cast<index_t>(w.experts.size());
+  std::vector<std::int32_t> ids_host = memory::to_host(ctx.be, in_view<B, std::int32_t, 1>(ids.data_handle(), {t * k}));
+  const expert_groups g = group_by_expert(ids_host, t, k, n_experts);
+  if (routed) *routed = std::move(ids_host);
+  auto rows = memory::upload(ctx.be, std::span<const std::int32_t>(g.rows));
+  const auto token_of = memory::upload(ctx.be, std::span<const std::int32_t>(g.token_of));
+  const index_t most = n_experts > 0 ? *std::max_element(g.count.begin(), g.count.end()) : 0;
+  auto xe = make_buffer<bf16>(ctx, most * d);
+  for (index_t e = 0; e < n_experts; ++e) {
+    const index_t n = g.count[static_cast<std::size_t>(e)];
+    if (n == 0) continue;
+    const in_view<B, std::int32_t, 2> sel(token_of.data() + g.offset[static_cast<std::size_t>(e)], {1, n});
+    gather_rows(ctx.be, x, sel, xe.view({1, n, d}));
+    mlp_forward(ctx, w.experts[static_cast<std::size_t>(e)], std::as_const(xe).view({n, d}),
+                out_view<B, bf16, 2>(expert_out.data_handle() + g.offset[static_cast<std::size_t>(e)] * d, {n, d}));
+  }
+  return rows;
+}
+
+/// The most tokens of a call whose routed experts run as grouped decode GEMVs on a device backend
+/// (fp8_linear's GEMV takes up to 8 rows per expert; more tokens are a prefill, worth a GEMM per
+/// expert and the host's grouping).
+inline constexpr index_t moe_grouped_max_tokens = 8;
+
+/// The same on a device backend without the host: the grouping by a kernel and the experts as
+/// grouped decode GEMVs (one launch per projection for all experts), every row with the bits
+/// fp8_linear's exact decode GEMV gives it. For t <= moe_grouped_max_tokens and FP8 experts
+/// (w.expert_table). Defined in dsa/model/cuda/moe.cuh (nvcc).
+template <class B>
+layer_buffer<B, std::int32_t> moe_experts_grouped_on_device(const layer_context<B>& ctx,
+                                                            const basic_moe_weights<typename B::memory_space>& w,
+                                                            in_view<B, bf16, 2> x, in_view<B, std::int32_t, 2> ids,
+                                                            out_view<B, bf16, 2> expert_out);
+
 /// y [t, hidden] = MoE(x) for x [t, hidden] bf16; the routed expert ids [t, top_k] also go to
 /// `routed` when it is given (the observer's layer_trace::experts).
 template <class B>
@@ -84,23 +132,19 @@ void moe_forward(const layer_context<B>& ctx, const basic_moe_weights<typename B
   auto weights = make_buffer<float>(ctx, t * k);
   moe_route(ctx.be, std::as_const(logits).view({t, n_experts}), w.bias, ids.view({t, k}), weights.view({t, k}), rc);
 
-  std::vector<std::int32_t> ids_host = memory::to_host(ctx.be, std::as_const(ids).view({t * k}));
-  const expert_groups g = group_by_expert(ids_host, t, k, n_experts);
-  if (routed) *routed = std::move(ids_host);
-  const auto rows = memory::upload(ctx.be, std::span<const std::int32_t>(g.rows));
-  const auto token_of = memory::upload(ctx.be, std::span<const std::int32_t>(g.token_of));
-
   auto expert_out = make_buffer<bf16>(ctx, t * k * d);
-  const index_t most = n_experts > 0 ? *std::max_element(g.count.begin(), g.count.end()) : 0;
-  auto xe = make_buffer<bf16>(ctx, most * d);
-  for (index_t e = 0; e < n_experts; ++e) {
-    const index_t n = g.count[static_cast<std::size_t>(e)];
-    if (n == 0) continue;
-    const in_view<B, std::int32_t, 2> sel(token_of.data() + g.offset[static_cast<std::size_t>(e)], {1, n});
-    gather_rows(ctx.be, x, sel, xe.view({1, n, d}));
-    mlp_forward(ctx, w.experts[static_cast<std::size_t>(e)], std::as_const(xe).view({n, d}),
-                out_view<B, bf16, 2>(expert_out.data() + g.offset[static_cast<std::size_t>(e)] * d, {n, d}));
+  const auto ids_view = std::as_const(ids).view({t, k});
+  const auto out_view_ = expert_out.view({t * k, d});
+  layer_buffer<B, std::int32_t> rows;
+  bool grouped = false;
+  if constexpr (memory::device_grouping) {
+    grouped = t <= moe_grouped_max_tokens && !w.expert_table.is_absent();
+    if (grouped) {
+      rows = moe_experts_grouped_on_device(ctx, w, x, ids_view, out_view_);
+      if (routed) *routed = memory::to_host(ctx.be, in_view<B, std::int32_t, 1>(ids_view.data_handle(), {t * k}));
+    }
   }
+  if (!grouped) rows = moe_experts_grouped_on_host(ctx, w, x, ids_view, out_view_, routed);
 
   in_view<B, bf16, 2> shared;
   layer_buffer<B, bf16> shared_out;
