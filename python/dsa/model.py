@@ -66,6 +66,19 @@ def _device(op: str, device: Any) -> Optional[int]:
     return int(index) if index else 0
 
 
+def _placement(op: str, device: Any, threads: Any, kernels: Any):
+    """(device index or None for the CPU, the CPU threads, the CUDA kernels) of an op that runs on
+    either: ``threads`` is for the CPU and ``kernels`` for the GPU, each refused with the other."""
+    index = _device(op, device)
+    if index is None:
+        if kernels is not None:
+            A.fail(op, "kernels", A.show(kernels), "None with device='cpu' (the CPU has one set of kernels)")
+        return None, A.threads_arg(op, threads), None
+    if threads is not None:
+        A.fail(op, "threads", A.show(threads), "None with device='cuda' (threads set the CPU backend)")
+    return index, None, A.kernels_arg(op, kernels)
+
+
 def _tokens(tokens: Any, op: str = "Transformer.forward") -> Any:
     """Token ids as an int64 vector: an integer, a list/tuple/range of integers (never a bool or
     a float, which NumPy would turn into ids silently), or an array (its dtype is the op's to
@@ -117,14 +130,9 @@ class Transformer:
         the bounds of docs/cuda.md, not bit for bit."""
         op = "Transformer.load"
         num_layers = -1 if num_layers is None else A.int_arg(op, "num_layers", num_layers)
-        index = _device(op, device)
+        index, threads, kernels = _placement(op, device, threads, kernels)
         if index is None:
-            if kernels is not None:
-                A.fail(op, "kernels", A.show(kernels), "None with device='cpu' (the CPU has one set of kernels)")
-            return cls(_core.Transformer.load(_path(dir, op, "dir"), A.threads_arg(op, threads), num_layers))
-        if threads is not None:
-            A.fail(op, "threads", A.show(threads), "None with device='cuda' (threads set the CPU backend)")
-        kernels = A.kernels_arg(op, kernels)
+            return cls(_core.Transformer.load(_path(dir, op, "dir"), threads, num_layers))
         return cls(_core.CudaTransformer.load(_path(dir, op, "dir"), index, num_layers, kernels))
 
     @property
@@ -263,8 +271,8 @@ def validate(file: Any, *, threads: Optional[int] = None) -> Dict[str, Any]:
     return report
 
 
-def validate_model(dir: Any, *, threads: Optional[int] = None, max_chunk: int = 4096,
-                   outputs: bool = True) -> Dict[str, Any]:
+def validate_model(dir: Any, *, threads: Optional[int] = None, max_chunk: int = 4096, outputs: bool = True,
+                   device: Any = "cpu", kernels: Optional[str] = None) -> Dict[str, Any]:
     """Replays a golden model directory (config.json, the checkpoint, expected.safetensors) under
     the golden criteria, as ``dsa_validate --model DIR``: teacher-forced decode steps, per-step
     logits cosine >= 0.99, argmax agreeing on all steps but one, per-layer prefill top-k set
@@ -275,10 +283,18 @@ def validate_model(dir: Any, *, threads: Optional[int] = None, max_chunk: int = 
     The batch rows are replayed one at a time and released; ``outputs`` (the computed tensors in
     the expected file's layout, as ``--dump`` writes them) are kept for the report unless
     ``outputs=False``, and may total at most 4 GiB (checked before the replay starts: a
-    ``dsa.Error`` beyond)."""
+    ``dsa.Error`` beyond).
+
+    ``device="cuda"`` (``"cuda:N"``, a torch.device; ``kernels`` 'exact' or 'fast') replays on
+    the CUDA transformer, as ``dsa_validate --model DIR --backend cuda [--cuda-kernels K]``;
+    ``threads`` is for the CPU only."""
     op = "validate_model"
     max_chunk = A.int_arg(op, "max_chunk", max_chunk)
     outputs = A.flag_arg(op, "outputs", outputs)
-    report = _core.validate_model(_path(dir, op, "dir"), A.threads_arg(op, threads), max_chunk, outputs)
+    index, threads, kernels = _placement(op, device, threads, kernels)
+    if index is None:
+        report = _core.validate_model(_path(dir, op, "dir"), threads, max_chunk, outputs)
+    else:
+        report = _core.validate_model_cuda(_path(dir, op, "dir"), index, kernels, max_chunk, outputs)
     report["outputs"] = _arrays(report["outputs"])
     return report

@@ -19,6 +19,7 @@
 #include "dsa/model/transformer.hpp"
 #ifdef DSA_PY_CUDA
 #include "dsa/model/cuda/transformer.hpp"  // under DSA_EXTERN_CUDA_TRANSFORMER: dsa_cuda_transformer's instance
+#include "validate/cuda_cases.hpp"         // cuda_device_description
 #endif
 #include "results.hpp"
 #include "validate/model_cases.hpp"
@@ -58,6 +59,22 @@ class py_transformer {
 
 #ifdef DSA_PY_CUDA
 using cuda_transformer = dsa::model::transformer<dsa::cuda_backend>;
+
+/// Checks a `device` index against the devices this process sees (none: the "no device" error).
+void check_cuda_device(std::string_view op, int device) {
+  const int n = cuda_device_count();
+  if (device < 0 || device >= n) {
+    dsa::fail(op, "device", "cuda:" + std::to_string(device),
+              n == 0 ? std::string("a CUDA device; this process sees none (no GPU, or no CUDA driver new enough for "
+                                   "this build)")
+                     : "cuda:0 to cuda:" + std::to_string(n - 1) + " (the devices this process sees)");
+  }
+}
+
+dsa::cuda_kernel_path kernel_path(std::string_view op, std::string_view kernels) {
+  check_kernels(op, kernels);
+  return kernels == "exact" ? dsa::cuda_kernel_path::exact : dsa::cuda_kernel_path::fast;
+}
 
 /// A CUDA transformer on one device and a stream of its own, with the same lock. Every call makes
 /// its device current for the call (Python threads may have switched devices between calls),
@@ -288,6 +305,28 @@ nb::dict validate_model(const std::string& dir, int threads, dsa::index_t max_ch
   return model_report(dir, cpu_description(be), r);
 }
 
+#ifdef DSA_PY_CUDA
+// dsa_validate --model DIR --backend cuda: the replay on transformer<cuda_backend> on `device`'s
+// default stream, with its own cuBLAS handle.
+nb::dict validate_model_cuda(const std::string& dir, int device, const std::string& kernels, dsa::index_t max_chunk,
+                             bool keep_outputs) {
+  constexpr std::string_view op = "validate_model";
+  const dsa::cuda_kernel_path path = kernel_path(op, kernels);
+  const std::filesystem::path p = path_arg(op, "dir", dir);
+  check_cuda_device(op, device);
+  dsa_validate::model_case_result r;
+  std::string backend;
+  {
+    nogil release;
+    const device_scope scope(op, device);
+    backend = "cuda (" + dsa_validate::cuda_device_description() + "), " + kernels + " kernels";
+    r = dsa_validate::run_model_case(dsa::cuda_backend{nullptr, nullptr, dsa::cuda_linear_path::cublas, path}, p,
+                                     max_chunk, keep_outputs);
+  }
+  return model_report(dir, backend, r);
+}
+#endif
+
 // dsa_validate's model replay (model_detail::replay_model) of a forward pass written in Python
 // (dsa.parallel.Transformer): new_sequence(max_tokens) -> a sequence object, and
 // forward(seq, tokens, max_chunk) -> (logits float32 [vocab], [per layer and chunk: {"layer",
@@ -454,16 +493,9 @@ void bind_model(nb::module_& m) {
          "load",
          [](const std::string& dir, int device, dsa::index_t num_layers, const std::string& kernels) {
            constexpr std::string_view op = "Transformer.load";
-           check_kernels(op, kernels);
+           const dsa::cuda_kernel_path path = kernel_path(op, kernels);
            const std::filesystem::path p = path_arg(op, "dir", dir);
-           const int n = cuda_device_count();
-           if (device < 0 || device >= n) {
-             dsa::fail(op, "device", "cuda:" + std::to_string(device),
-                       n == 0 ? std::string("a CUDA device; this process sees none (no GPU, or no CUDA driver new "
-                                            "enough for this build)")
-                              : "cuda:0 to cuda:" + std::to_string(n - 1) + " (the devices this process sees)");
-           }
-           const auto path = kernels == "exact" ? dsa::cuda_kernel_path::exact : dsa::cuda_kernel_path::fast;
+           check_cuda_device(op, device);
            std::unique_ptr<py_cuda_transformer> t;
            {
              nogil release;
@@ -480,6 +512,10 @@ void bind_model(nb::module_& m) {
 
   m.def("validate_model", &validate_model, nb::arg("dir"), nb::arg("threads"), nb::arg("max_chunk"),
         nb::arg("keep_outputs"));
+#ifdef DSA_PY_CUDA
+  m.def("validate_model_cuda", &validate_model_cuda, nb::arg("dir"), nb::arg("device"), nb::arg("kernels"),
+        nb::arg("max_chunk"), nb::arg("keep_outputs"));
+#endif
   m.def("validate_model_with", &validate_model_with, nb::arg("dir"), nb::arg("backend"), nb::arg("new_sequence"),
         nb::arg("forward"), nb::arg("num_layers"), nb::arg("max_chunk"), nb::arg("keep_outputs"));
 

@@ -612,9 +612,15 @@ def test_transformer_device_argument():
     assert (m.device, m.kernels, m.threads) == ("cpu", None, 1)
     with pytest.raises(dsa.Error, match=r"dsa::Transformer.forward: seq = 'not a sequence' \(str\); expected a dsa.Sequence"):
         m.forward("not a sequence", [1])
+    with pytest.raises(dsa.Error, match=r"dsa::validate_model: device = 'tpu'; expected 'cpu', 'cuda' or 'cuda:N'"):
+        dsa.validate_model(tiny, device="tpu")
+    with pytest.raises(dsa.Error, match=r"dsa::validate_model: kernels = 'fast'; expected None with device='cpu'"):
+        dsa.validate_model(tiny, kernels="fast")
     if not dsa.built_with_cuda():
         with pytest.raises(dsa.Error, match=r"device = 'cuda'; expected 'cpu': this dsa was built without its CUDA"):
             dsa.Transformer.load(tiny, device="cuda")
+        with pytest.raises(dsa.Error, match=r"dsa::validate_model: device = 'cuda:1'; expected 'cpu': this dsa"):
+            dsa.validate_model(tiny, device="cuda:1")
         with pytest.raises(dsa.Error, match=r"dsa::CudaSequence: \(\) = a direct construction"):
             dsa.CudaSequence()
         return
@@ -626,10 +632,14 @@ def test_transformer_device_argument():
     want = "this process sees none" if n == 0 else rf"cuda:0 to cuda:{n - 1}"
     with pytest.raises(dsa.Error, match=rf"dsa::Transformer.load: device = cuda:{n + 3}; expected .*{want}"):
         dsa.Transformer.load(tiny, device=f"cuda:{n + 3}")
+    with pytest.raises(dsa.Error, match=r"dsa::validate_model: threads = 1; expected None with device='cuda'"):
+        dsa.validate_model(tiny, threads=1, device="cuda")
     if n == 0:
         with pytest.raises(dsa.Error, match=r"dsa::Transformer.load: device = cuda:0; expected a CUDA device; this "
                                             r"process sees none"):
             dsa.Transformer.load(tiny, device="cuda")
+        with pytest.raises(dsa.Error, match=r"dsa::validate_model: device = cuda:0; expected a CUDA device"):
+            dsa.validate_model(tiny, device="cuda")
 
 
 def _cosine(a, b):
@@ -675,3 +685,12 @@ def test_transformer_on_the_gpu_batch_and_trace(torch):
     logits, layers = gpu.forward(gpu.new_sequence(32), prompts[2], trace=True)
     assert len(layers) == gpu.num_layers
     assert layers[0]["topk"].shape[0] == len(prompts[2]) and layers[0]["ffn_out"].dtype == np.uint16
+
+
+@pytest.mark.parametrize("kernels", ["exact", "fast"])
+def test_validate_model_on_the_gpu(torch, kernels):
+    # dsa_validate --model tests/data/tiny-dsv32 --backend cuda --cuda-kernels K, as data.
+    r = dsa.validate_model(DATA / "tiny-dsv32", device="cuda", kernels=kernels, outputs=False)
+    assert r["pass"] and r["failed"] == 0 and r["passed"] > 0, r["checks"]
+    assert r["backend"].startswith("cuda (device 0: ") and r["backend"].endswith(f", {kernels} kernels")
+    assert min(r["cosines"]) >= 0.99 and r["outputs"] == {}
