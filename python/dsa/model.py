@@ -51,7 +51,8 @@ def _path(p: Any, op: str, name: str) -> str:
 def _device(op: str, device: Any) -> Optional[int]:
     """A ``device`` argument ('cpu', 'cuda', 'cuda:N' or a torch.device) as None for the CPU or
     the CUDA device index ('cuda' is device 0)."""
-    text = str(device) if type(device).__name__ == "device" else device
+    torch = A._torch()
+    text = str(device) if torch is not None and isinstance(device, torch.device) else device
     expected = "'cpu', 'cuda' or 'cuda:N'"
     if not isinstance(text, str):
         A.fail(op, "device", A.typed(device), expected)

@@ -10,10 +10,9 @@
 #include <memory>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
-
-#include <optional>
 
 #include "common.hpp"
 #include "dsa/model/transformer.hpp"

@@ -6,7 +6,8 @@
 // of dsa/numerics/moe_grouping.hpp: on the host (group_by_expert), which on the CUDA backend costs
 // a copy of the ids [t, k] to the host per MoE layer; except for a CUDA decode step (at most
 // moe_grouped_max_tokens tokens, FP8 experts), which groups by a kernel and runs the experts as
-// grouped GEMVs (moe_grouped_experts, dsa/model/cuda/moe.cuh), so that it never waits for the host.
+// grouped GEMVs (moe_experts_grouped_on_device, dsa/model/cuda/moe.cuh), so that it never waits for
+// the host.
 #pragma once
 
 #include <algorithm>
@@ -71,8 +72,8 @@ inline expert_groups group_by_expert(const std::vector<std::int32_t>& ids, index
 }
 
 /// The routed experts on the host's grouping: each expert with tokens runs mlp_forward on its
-/// gathered rows, writing them to expert_out [t * k, d] in the grouped layout; returns rows [t, k]
-/// for the combine (on the backend). `routed` gets the ids, when given.
+/// gathered rows, writing them to expert_out [t * k, d] (contiguous) in the grouped layout;
+/// returns rows [t, k] for the combine (on the backend). `routed` gets the ids, when given.
 template <class B>
 layer_buffer<B, std::int32_t> moe_experts_grouped_on_host(const layer_context<B>& ctx,
                                                           const basic_moe_weights<typename B::memory_space>& w,
@@ -134,17 +135,17 @@ void moe_forward(const layer_context<B>& ctx, const basic_moe_weights<typename B
 
   auto expert_out = make_buffer<bf16>(ctx, t * k * d);
   const auto ids_view = std::as_const(ids).view({t, k});
-  const auto out_view_ = expert_out.view({t * k, d});
+  const auto grouped_out = expert_out.view({t * k, d});
   layer_buffer<B, std::int32_t> rows;
   bool grouped = false;
   if constexpr (memory::device_grouping) {
     grouped = t <= moe_grouped_max_tokens && !w.expert_table.is_absent();
     if (grouped) {
-      rows = moe_experts_grouped_on_device(ctx, w, x, ids_view, out_view_);
+      rows = moe_experts_grouped_on_device(ctx, w, x, ids_view, grouped_out);
       if (routed) *routed = memory::to_host(ctx.be, in_view<B, std::int32_t, 1>(ids_view.data_handle(), {t * k}));
     }
   }
-  if (!grouped) rows = moe_experts_grouped_on_host(ctx, w, x, ids_view, out_view_, routed);
+  if (!grouped) rows = moe_experts_grouped_on_host(ctx, w, x, ids_view, grouped_out, routed);
 
   in_view<B, bf16, 2> shared;
   layer_buffer<B, bf16> shared_out;
