@@ -501,3 +501,56 @@ TEST_CASE("an MoE decode step's experts grouped on the device are the host group
     }
   }
 }
+
+TEST_CASE("a decode step captured in a CUDA graph replays to the logits forward() gives, again and again") {
+  DSA_TEST_REQUIRE_CUDA_DEVICE();
+  // transformer::enqueue: a decode step is launches and stream-ordered allocations only (the MoE
+  // grouped on the device, the index arrays sent as kernel parameters, no phase timer, nothing
+  // read back), so a capture succeeds - a synchronising call inside it would fail the capture -
+  // and the graph recomputes the step. Two sequences with the same history: one steps with
+  // forward(), the other through the graph; the logits must be the same bits, every replay.
+  for (const dsa::cuda_kernel_path kernels : {dsa::cuda_kernel_path::exact, dsa::cuda_kernel_path::fast}) {
+    CAPTURE(dsa::cuda_kernel_path_name(kernels));
+    const std::vector<std::int64_t> prompt = sanitizer_prefix(golden_tokens("prompt"), 40);
+    const std::vector<std::int64_t> generated = golden_tokens("generated");
+    dsa_test::test_stream s;
+    auto m = cuda_transformer::load(tiny_dir, s.backend(kernels));  // its own cuBLAS handle, with a workspace
+    const index_t vocab = m.config().vocab_size;
+    const index_t capacity = static_cast<index_t>(prompt.size()) + 4;
+    auto a = m.new_sequence(capacity), b = m.new_sequence(capacity);
+    for (auto* seq : {&a, &b}) {
+      (void)m.forward(*seq, std::span<const std::int64_t>(prompt));
+      (void)m.forward(*seq, std::span<const std::int64_t>(&generated[0], 1));  // derives the decode weights
+    }
+    const std::int32_t tok = static_cast<std::int32_t>(generated[1]);
+    const std::vector<float> want = m.forward(a, std::span<const std::int32_t>(&tok, 1));
+
+    dsa::device_buffer<float> logits(vocab);  // allocated before the capture
+    const cuda_transformer::batch_entry step{&b, std::span<const std::int32_t>(&tok, 1)};
+    cudaGraph_t graph = nullptr;
+    DSA_CUDA_CHECK(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
+    try {
+      m.enqueue(std::span<const cuda_transformer::batch_entry>(&step, 1), logits.view({1, vocab}));
+    } catch (...) {
+      (void)cudaStreamEndCapture(s.get(), &graph);
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      throw;
+    }
+    DSA_CUDA_CHECK(cudaStreamEndCapture(s.get(), &graph));
+    REQUIRE(graph != nullptr);
+    CHECK(b.length() == a.length());
+    cudaGraphExec_t exec = nullptr;
+    DSA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 3; ++replay) {
+      CAPTURE(replay);
+      DSA_CUDA_CHECK(cudaGraphLaunch(exec, s.get()));
+      CHECK(same_bits(dsa::to_host(logits, s.get()), want));
+    }
+    (void)cudaGraphExecDestroy(exec);
+    (void)cudaGraphDestroy(graph);
+    // The graph wrote b's cache rows of that position: b continues as a does.
+    const std::int32_t next = static_cast<std::int32_t>(generated[2]);
+    CHECK(same_bits(m.forward(b, std::span<const std::int32_t>(&next, 1)),
+                    m.forward(a, std::span<const std::int32_t>(&next, 1))));
+  }
+}

@@ -139,3 +139,67 @@ TEST_CASE("a batch is checked whole before anything runs: a bad entry leaves eve
   CHECK(s0.length() == 0);
   CHECK(s1.length() == 0);
 }
+
+TEST_CASE("enqueue writes each entry's last-token logits into a view: forward()'s bits, one round, the same checks") {
+  // transformer::enqueue is what a CUDA graph captures (tests/cuda/test_model_transformer.cpp);
+  // on the CPU it is the same round as forward() with the logits written into the caller's rows.
+  auto m = model_t::load(dsa_test::tiny_dir, dsa::cpu_backend{2});
+  const index_t vocab = m.config().vocab_size;
+  const std::vector<std::int32_t> p0 = prompt_of(1, 6), p1 = prompt_of(2, 1), p2 = prompt_of(3, 4);
+  auto a0 = m.new_sequence(16), a1 = m.new_sequence(16), a2 = m.new_sequence(16);
+  auto b0 = m.new_sequence(16), b1 = m.new_sequence(16), b2 = m.new_sequence(16);
+  std::vector<float> rows(static_cast<std::size_t>(3 * vocab) + 5, -7.0f);
+  const auto out = dsa::make_view(rows.data() + 5, {3, vocab});  // not at the start of its array
+  const auto check_rows = [&](const std::vector<std::vector<float>>& want) {
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::memcmp(out.row(static_cast<index_t>(i)), want[i].data(), static_cast<std::size_t>(vocab) * sizeof(float)) == 0);
+    }
+    CHECK(rows[4] == -7.0f);  // nothing before the view
+  };
+  // A ragged prefill round, then a decode round.
+  std::vector<model_t::batch_entry> want_batch = {{&a0, p0}, {&a1, p1}, {&a2, p2}};
+  std::vector<model_t::batch_entry> batch = {{&b0, p0}, {&b1, p1}, {&b2, p2}};
+  m.enqueue(std::span<const model_t::batch_entry>(batch), out);
+  check_rows(m.forward(std::span<const model_t::batch_entry>(want_batch)));
+  CHECK(b0.length() == 6);
+  CHECK(b1.length() == 1);
+  CHECK(b2.length() == 4);
+  const std::int32_t next[] = {11, 12, 13};
+  for (std::size_t i = 0; i < 3; ++i) {
+    want_batch[i].tokens = std::span<const std::int32_t>(&next[i], 1);
+    batch[i].tokens = want_batch[i].tokens;
+  }
+  m.enqueue(std::span<const model_t::batch_entry>(batch), out);
+  check_rows(m.forward(std::span<const model_t::batch_entry>(want_batch)));
+  CHECK(b0.length() == 7);
+  // enqueue() adds nothing to the phase times.
+  const double before = m.phase_times().total();
+  m.enqueue(std::span<const model_t::batch_entry>(batch.data(), 1), dsa::make_view(rows.data(), {1, vocab}));
+  CHECK(m.phase_times().total() == before);
+
+  // Its own checks, before anything runs.
+  const auto one = std::span<const model_t::batch_entry>(batch.data(), 1);
+  CHECK_THROWS_WITH_AS(m.enqueue(one, dsa::make_view(rows.data(), {2, vocab})),
+                       doctest::Contains("model::transformer::enqueue: logits.shape = [2, 512]; expected [1, 512]"),
+                       dsa::error);
+  dsa::model::forward_options opt;
+  opt.all_logits = true;
+  CHECK_THROWS_WITH_AS(m.enqueue(one, out, opt), doctest::Contains("options.all_logits = true; expected false"),
+                       dsa::error);
+  opt = {};
+  opt.observer = [](const dsa::model::layer_trace&) {};
+  CHECK_THROWS_WITH_AS(m.enqueue(one, out, opt), doctest::Contains("options.observer = set; expected none"), dsa::error);
+  opt = {};
+  opt.max_chunk = 3;
+  const std::vector<std::int32_t> four = {1, 2, 3, 4};
+  const model_t::batch_entry long_entry{&b2, four};
+  CHECK_THROWS_WITH_AS(m.enqueue(std::span<const model_t::batch_entry>(&long_entry, 1), dsa::make_view(rows.data(), {1, vocab}), opt),
+                       doctest::Contains("batch[0].tokens.size() = 4; expected at most options.max_chunk = 3 (one round)"),
+                       dsa::error);
+  const std::vector<std::int32_t> bad = {600};
+  const model_t::batch_entry bad_entry{&b2, bad};
+  CHECK_THROWS_WITH_AS(m.enqueue(std::span<const model_t::batch_entry>(&bad_entry, 1), dsa::make_view(rows.data(), {1, vocab})),
+                       doctest::Contains("expected a token id in [0, vocab_size = 512)"), dsa::error);
+  CHECK(b2.length() == 5);
+}

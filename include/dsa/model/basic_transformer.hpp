@@ -8,6 +8,8 @@
 // MHA prefill path, a single token the absorbed MQA decode path, as the reference does; long
 // prefills are processed in chunks of forward_options::max_chunk tokens. Sequences are
 // independent and may be interleaved freely; per-phase times accumulate in phase_times().
+// enqueue() runs one round of a batch with the logits left in the backend's memory and nothing
+// waited for: on the CUDA backend, what a CUDA graph captures (docs/cuda.md).
 //
 // The layers (dsa/model/layers/) and this class are the same code on every backend: what differs
 // is backend_resources<Backend> (where the layers' weights live, the sequence type) and
@@ -124,6 +126,20 @@ class transformer {
     return forward(seq, std::span<const Token>(tokens), opt);
   }
 
+  /// Enqueues one round of a batch: each entry's tokens (at most options.max_chunk of them)
+  /// appended to its sequence as forward() appends them, and each entry's last-token logits
+  /// written to row i of `logits` [batch.size(), vocab] (fp32, in the backend's memory) - without
+  /// waiting for any of it, and without reading anything back: the non-finite watch runs but is
+  /// not read (forward() checks the logits; a caller of enqueue() checks its own), and
+  /// options.observer and options.all_logits are refused (their copies would wait). The
+  /// sequences advance at once. On the CUDA backend the call is then launches and stream-ordered
+  /// allocations only - a CUDA graph can capture it - once every sequence's storage holds the new
+  /// positions (it grows by cudaMalloc, which a capture cannot hold: run a step first, or create
+  /// the sequence with the room) and every layer has run one decode step (its absorbed decode
+  /// weights are derived on the host then). It adds nothing to phase_times() (timing a phase
+  /// waits for it). The entries are checked as forward() checks them.
+  void enqueue(std::span<const batch_entry> batch, out_view<Backend, float, 2> logits, const forward_options& opt = {});
+
   /// Time spent per phase by every forward call so far (device time on a GPU backend: each phase
   /// waits for its work).
   const ::dsa::model::phase_times& phase_times() const { return times_; }
@@ -136,10 +152,15 @@ class transformer {
     index_t begin = 0, end = 0;
     bool last = false;  ///< the entry's last tokens: its logits are wanted
   };
-  // Defined below the class (see there). Runs every layer over one round's tokens and appends
-  // each part's logits (the last token's, or all with opt.all_logits) to logits[part.entry].
+  // Defined below the class (see there). Checks every entry of a batch as forward() and enqueue()
+  // take it (`op` names the call) and returns the batch's tokens.
+  index_t checked_batch(std::span<const batch_entry> batch, const forward_options& opt, std::string_view op) const;
+  // Runs every layer over one round's tokens and appends each part's logits (the last token's, or
+  // all with opt.all_logits) to (*logits)[part.entry] after reading the non-finite watch; or, with
+  // `into`, writes them to its rows in part order and reads nothing back.
   void forward_round(std::span<const batch_entry> batch, std::span<const round_part> round, const forward_options& opt,
-                     index_t call_begin, index_t call_total, std::vector<std::vector<float>>& logits);
+                     index_t call_begin, index_t call_total, std::vector<std::vector<float>>* logits,
+                     const out_view<Backend, float, 2>* into = nullptr);
 
   ::dsa::model::weights w_;
   Backend be_;
@@ -167,9 +188,8 @@ transformer<Backend>::transformer(::dsa::model::weights w, Backend be) : w_(std:
 }
 
 template <class Backend>
-std::vector<std::vector<float>> transformer<Backend>::forward(std::span<const batch_entry> batch,
-                                                              const forward_options& opt) {
-  constexpr std::string_view op = "model::transformer::forward";
+index_t transformer<Backend>::checked_batch(std::span<const batch_entry> batch, const forward_options& opt,
+                                            std::string_view op) const {
   if (batch.empty()) fail(op, "batch.size()", 0, ">= 1 sequence");
   if (opt.max_chunk < 1) fail(op, "options.max_chunk", opt.max_chunk, ">= 1");
   // Every entry is checked before any runs, so a bad one leaves every sequence as it was.
@@ -186,6 +206,13 @@ std::vector<std::vector<float>> transformer<Backend>::forward(std::span<const ba
     (void)detail::checked_forward_tokens(*e.seq, id_, num_layers(), config().vocab_size, e.tokens, opt);
     total += static_cast<index_t>(e.tokens.size());
   }
+  return total;
+}
+
+template <class Backend>
+std::vector<std::vector<float>> transformer<Backend>::forward(std::span<const batch_entry> batch,
+                                                              const forward_options& opt) {
+  const index_t total = checked_batch(batch, opt, "model::transformer::forward");
   for (const batch_entry& e : batch) {
     backend_resources<Backend>::reserve(*e.seq, e.seq->length() + static_cast<index_t>(e.tokens.size()), be_);
   }
@@ -206,7 +233,7 @@ std::vector<std::vector<float>> transformer<Backend>::forward(std::span<const ba
       round.push_back({i, begin, end, end == n});
       used += end - begin;
     }
-    forward_round(batch, round, opt, call_begin + processed, call_begin + total, logits);
+    forward_round(batch, round, opt, call_begin + processed, call_begin + total, &logits);
     processed += used;
   }
   const index_t vocab = config().vocab_size;
@@ -221,9 +248,38 @@ std::vector<std::vector<float>> transformer<Backend>::forward(std::span<const ba
 }
 
 template <class Backend>
+void transformer<Backend>::enqueue(std::span<const batch_entry> batch, out_view<Backend, float, 2> logits,
+                                   const forward_options& opt) {
+  constexpr std::string_view op = "model::transformer::enqueue";
+  if (opt.observer) fail(op, "options.observer", "set", "none (its host copies wait for the device; forward() takes one)");
+  if (opt.all_logits) fail(op, "options.all_logits", "true", "false (one logits row per entry)");
+  const index_t total = checked_batch(batch, opt, op);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const auto n = static_cast<index_t>(batch[i].tokens.size());
+    if (n > opt.max_chunk) {
+      fail(op, "batch[" + std::to_string(i) + "].tokens.size()", n,
+           "at most options.max_chunk = " + std::to_string(opt.max_chunk) + " (one round)");
+    }
+  }
+  const index_t vocab = config().vocab_size;
+  if (logits.extent(0) != static_cast<index_t>(batch.size()) || logits.extent(1) != vocab) {
+    fail(op, "logits.shape", shape_string(logits),
+         "[" + std::to_string(batch.size()) + ", " + std::to_string(vocab) + "] (a row per entry, vocab_size columns)");
+  }
+  for (const batch_entry& e : batch) {
+    backend_resources<Backend>::reserve(*e.seq, e.seq->length() + static_cast<index_t>(e.tokens.size()), be_);
+  }
+  std::vector<round_part> round;
+  for (std::size_t i = 0; i < batch.size(); ++i) round.push_back({i, 0, static_cast<index_t>(batch[i].tokens.size()), true});
+  const index_t call_begin = batch.size() == 1 ? batch.front().seq->length() : 0;
+  forward_round(batch, round, opt, call_begin, call_begin + total, nullptr, &logits);
+}
+
+template <class Backend>
 void transformer<Backend>::forward_round(std::span<const batch_entry> batch, std::span<const round_part> round,
                                          const forward_options& opt, index_t call_begin, index_t call_total,
-                                         std::vector<std::vector<float>>& logits) {
+                                         std::vector<std::vector<float>>* logits,
+                                         const out_view<Backend, float, 2>* into) {
   using memory = layer_memory<Backend>;
   using space = typename Backend::memory_space;
   using cache_type = std::remove_reference_t<decltype(std::declval<sequence_type&>().layer(0))>;
@@ -252,8 +308,8 @@ void transformer<Backend>::forward_round(std::span<const batch_entry> batch, std
     k_sel = std::max(k_sel, detail::selection_width(c.index_topk, seg.end()));
   }
   const index_t t = rows.back();
-  layer_context<Backend> ctx{be_, c, settings_.act_format, settings_.rope, &times_};
-  const auto pos_buf = memory::upload(be_, std::span<const std::int32_t>(positions));
+  layer_context<Backend> ctx{be_, c, settings_.act_format, settings_.rope, into ? nullptr : &times_};
+  const auto pos_buf = memory::upload_async(be_, std::span<const std::int32_t>(positions));
   const auto pos = pos_buf.view({t});
 
   // h: the block output (FFN output), residual: the bf16 residual stream, x: normed input.
@@ -265,7 +321,7 @@ void transformer<Backend>::forward_round(std::span<const batch_entry> batch, std
   const auto av = a.view({t, d});
   {
     layer_timer<Backend> timing(ctx, phase::other);
-    const auto id_buf = memory::upload(be_, std::span<const std::int32_t>(ids));
+    const auto id_buf = memory::upload_async(be_, std::span<const std::int32_t>(ids));
     gather_rows(be_, res_.embed_tokens(w_), id_buf.view({index_t{1}, t}), h.view({index_t{1}, t, d}));
     // The first layer's residual is the embedding itself: adding it to a zero residual is exact.
     memory::fill_zero(be_, residual.view({t * d}));
@@ -331,10 +387,11 @@ void transformer<Backend>::forward_round(std::span<const batch_entry> batch, std
     }
     if (opt.progress) opt.progress(forward_progress{call_begin, call_begin + t, call_total, l, num_layers()});
   }
-  const std::vector<std::uint64_t> first = watch.first();
+  // The watch's words (forward() only: reading them waits for the device).
+  const std::vector<std::uint64_t> first = into ? std::vector<std::uint64_t>() : watch.first();
   for (std::size_t s = 0; s < round.size(); ++s) {
     sequence_type& seq = *batch[round[s].entry].seq;
-    if (first[s] != detail::none) seq.note_nonfinite(detail::decode(first[s], seq.length()));
+    if (!first.empty() && first[s] != detail::none) seq.note_nonfinite(detail::decode(first[s], seq.length()));
     seq.advance(segments[s].t);
   }
 
@@ -362,6 +419,10 @@ void transformer<Backend>::forward_round(std::span<const batch_entry> batch, std
     memory::copy_rows(be_, block(in_view<Backend, bf16, 2>(rv), r, 0, 1, d), block(rs.view({n, d}), i, 0, 1, d));
   }
   add_rms_norm(be_, std::as_const(hs).view({n, d}), rs.view({n, d}), res_.norm(w_), xs.view({n, d}), c.rms_norm_eps);
+  if (into) {  // enqueue(): a row per part, in part order, left where the backend computes
+    linear(be_, std::as_const(xs).view({n, d}), res_.lm_head(w_), *into);
+    return;
+  }
   std::vector<float> out;
   if constexpr (on_host) {
     out.resize(static_cast<std::size_t>(n * vocab));
@@ -374,7 +435,7 @@ void transformer<Backend>::forward_round(std::span<const batch_entry> batch, std
   std::size_t at = 0;
   for (std::size_t s = 0; s < round.size(); ++s) {
     const index_t rows_out = opt.all_logits ? segments[s].t : (round[s].last ? 1 : 0);
-    std::vector<float>& dst = logits[round[s].entry];
+    std::vector<float>& dst = (*logits)[round[s].entry];
     dst.insert(dst.end(), out.begin() + static_cast<std::ptrdiff_t>(at * static_cast<std::size_t>(vocab)),
                out.begin() + static_cast<std::ptrdiff_t>((at + static_cast<std::size_t>(rows_out)) * static_cast<std::size_t>(vocab)));
     at += static_cast<std::size_t>(rows_out);

@@ -1,7 +1,9 @@
 // layer_memory<cuda_backend>: the memory of the forward pass's layers on the CUDA backend
 // (dsa/model/layers/memory.hpp has the interface and the CPU one). Buffers are stream-ordered
-// device_buffers on the backend's stream; copies are enqueued on it; to_host() waits for it (the
-// forward pass calls it only for small arrays it needs on the host).
+// device_buffers on the backend's stream; copies are enqueued on it; upload_async() sends small
+// host arrays without waiting (as kernel parameters); to_host() and upload() wait (the forward
+// pass calls them for the logits, an observer's copies, the prefill MoE's routing and the
+// one-time decode weights).
 //
 // Host-only C++ (g++ or nvcc). Part of the dsa::model and dsa::cuda targets.
 #pragma once
@@ -21,6 +23,14 @@
 
 DSA_NAMESPACE_BEGIN
 namespace model {
+
+namespace detail {
+/// Enqueues dst[0, n) = src as kernel launches whose parameters carry the bytes: nothing waits,
+/// `src` may go at once, and a CUDA graph can capture it. Defined in dsa/model/cuda/host_copy.cuh
+/// (nvcc), which the translation unit that compiles transformer<cuda_backend> includes.
+template <class T>
+void enqueue_host_copy(T* dst, std::span<const T> src, cudaStream_t stream);
+}  // namespace detail
 
 template <>
 struct layer_memory<cuda_backend> {
@@ -69,6 +79,16 @@ struct layer_memory<cuda_backend> {
     buffer<T> b(static_cast<index_t>(host.size()), be.stream);
     copy_to_device(b, host, be.stream);
     DSA_CUDA_CHECK(cudaStreamSynchronize(be.stream));
+    return b;
+  }
+
+  /// A small host array (positions, token ids, ranges: a few KB) copied into a new stream-ordered
+  /// buffer without waiting: the bytes travel as kernel parameters (dsa/model/cuda/host_copy.cuh),
+  /// so `host` may go at once and a CUDA graph can capture the copy.
+  template <class T>
+  static buffer<T> upload_async(const cuda_backend& be, std::span<const T> host) {
+    buffer<T> b(static_cast<index_t>(host.size()), be.stream);
+    if (!host.empty()) detail::enqueue_host_copy(b.data(), host, be.stream);
     return b;
   }
 

@@ -1,7 +1,8 @@
 // The non-finite watch of dsa/model/nonfinite.hpp on the device: each watched point of a layer
 // is one kernel that folds the (layer, stage, row) key of every NaN or infinite value into one
 // device word with atomicMin, so the word ends holding the chunk's first site in the order of
-// computation; the transformer reads it back at the end of the chunk, where it waits anyway.
+// computation; forward() reads it back at the end of the chunk, where it waits anyway
+// (enqueue() does not: nothing of it waits).
 //
 // nvcc only. Part of the dsa::model and dsa::cuda targets.
 #pragma once
@@ -19,6 +20,7 @@
 #include "dsa/cuda/error.hpp"
 #include "dsa/cuda/launch.cuh"
 #include "dsa/cuda/memory.hpp"
+#include "dsa/model/cuda/host_copy.cuh"
 #include "dsa/model/nonfinite.hpp"
 
 DSA_NAMESPACE_BEGIN
@@ -69,9 +71,9 @@ class nonfinite_watch<device_space> {
     segment_of_ = device_buffer<std::int32_t>(static_cast<index_t>(segment_of.size()), stream_);
     first_row_ = device_buffer<index_t>(static_cast<index_t>(rows.size()), stream_);
     DSA_CUDA_CHECK(cudaMemsetAsync(words_.data(), 0xFF, words_.size_bytes(), stream_));  // detail::none
-    copy_to_device(segment_of_, std::span<const std::int32_t>(segment_of), stream_);
-    copy_to_device(first_row_, rows, stream_);
-    DSA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host arrays are about to go
+    // As kernel parameters: the host arrays may go at once, and a graph can capture the copies.
+    if (!segment_of.empty()) detail::enqueue_host_copy(segment_of_.data(), std::span<const std::int32_t>(segment_of), stream_);
+    detail::enqueue_host_copy(first_row_.data(), rows, stream_);
   }
 
   /// The layer being run (set by the transformer before each layer).

@@ -7,6 +7,7 @@
 // Part of the dsa::model and dsa::cuda targets.
 #pragma once
 
+#include "dsa/model/cuda/host_copy.cuh"
 #include "dsa/model/cuda/moe.cuh"
 #include "dsa/model/cuda/nonfinite.cuh"
 #include "dsa/model/cuda/transformer.hpp"

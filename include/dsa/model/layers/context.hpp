@@ -91,19 +91,23 @@ struct batch_segment {
 };
 
 /// Charges the time of a scope to one phase; on a backend with a queue (CUDA) it first waits for
-/// the scope's work, so the phase is charged with the time that work took. Do not nest.
+/// the scope's work, so the phase is charged with the time that work took. Without phase times
+/// (null: transformer::enqueue) it neither times nor waits. Do not nest.
 template <class B>
 class layer_timer {
  public:
-  layer_timer(const layer_context<B>& ctx, phase p) : be_(ctx.be), scope_(ctx.times, p) {}
-  layer_timer(const B& be, phase_times* times, phase p) : be_(be), scope_(times, p) {}
-  ~layer_timer() { layer_memory<B>::wait(be_); }  // scope_ is destroyed (timed) after this
+  layer_timer(const layer_context<B>& ctx, phase p) : be_(ctx.be), scope_(ctx.times, p), timed_(ctx.times != nullptr) {}
+  layer_timer(const B& be, phase_times* times, phase p) : be_(be), scope_(times, p), timed_(times != nullptr) {}
+  ~layer_timer() {  // scope_ is destroyed (timed) after this
+    if (timed_) layer_memory<B>::wait(be_);
+  }
   layer_timer(const layer_timer&) = delete;
   layer_timer& operator=(const layer_timer&) = delete;
 
  private:
   const B& be_;
   phase_scope scope_;
+  bool timed_;
 };
 
 /// A new buffer of `count` elements in the backend's memory.

@@ -101,13 +101,13 @@ void indexer_forward(const layer_context<B>& ctx, const basic_indexer_weights<ty
     for (index_t i = 0; i < seg.t; ++i) {
       host_ranges[static_cast<std::size_t>(2 * i + 1)] = static_cast<std::int32_t>(seg.start + i + 1);
     }
-    const auto ranges = memory::upload(ctx.be, std::span<const std::int32_t>(host_ranges));
+    const auto ranges = memory::upload_async(ctx.be, std::span<const std::int32_t>(host_ranges));
     const auto rv = ranges.view({seg.t, index_t{2}});
     auto scores = make_buffer<float>(ctx, seg.t * end);
     {
       layer_timer<B> timing(ctx, phase::indexer);
       const std::vector<std::int32_t> host_table(static_cast<std::size_t>(seg.t), 0);
-      const auto table = memory::upload(ctx.be, std::span<const std::int32_t>(host_table));
+      const auto table = memory::upload_async(ctx.be, std::span<const std::int32_t>(host_table));
       const auto keys = seg.cache->index_keys(end);
       lightning_indexer_scores_paged(
           ctx.be, in_view<B, fp8_e4m3, 3>(q8.data() + seg.row * heads * dim, {seg.t, heads, dim}),

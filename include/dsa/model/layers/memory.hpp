@@ -111,6 +111,12 @@ struct layer_memory<cpu_backend> {
     return b;
   }
 
+  /// The same where the CUDA backend would not wait (upload_async): a copy on the host.
+  template <class T>
+  static buffer<T> upload_async(const cpu_backend& be, std::span<const T> host) {
+    return upload(be, host);
+  }
+
   /// Sets every element of a contiguous view to zero bits.
   template <class T>
   static void fill_zero(const cpu_backend&, host_view<T, 1> v) {
