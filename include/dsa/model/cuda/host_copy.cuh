@@ -49,7 +49,7 @@ void enqueue_host_copy(T* dst, std::span<const T> src, cudaStream_t stream) {
   constexpr int threads = 256;
   for (std::size_t at = 0; at < total; at += host_copy_payload_bytes) {
     const std::size_t n = total - at < host_copy_payload_bytes ? total - at : host_copy_payload_bytes;
-    host_copy_payload p;
+    host_copy_payload p{};  // zeros past n: a captured node's parameters are all defined
     std::memcpy(p.bytes, bytes + at, n);
     host_copy_kernel<threads><<<1, threads, 0, stream>>>(out + at, static_cast<int>(n), p);
     DSA_CUDA_CHECK_LAUNCH();

@@ -82,11 +82,17 @@ struct layer_memory<cuda_backend> {
     return b;
   }
 
+  /// Arrays up to this size go as kernel parameters (about 4 KB per launch); a larger one (a long
+  /// prefill's positions or ranges) is one copy and a wait, which costs less than its launches.
+  static constexpr std::size_t upload_async_max_bytes = std::size_t{64} << 10;
+
   /// A small host array (positions, token ids, ranges: a few KB) copied into a new stream-ordered
   /// buffer without waiting: the bytes travel as kernel parameters (dsa/model/cuda/host_copy.cuh),
-  /// so `host` may go at once and a CUDA graph can capture the copy.
+  /// so `host` may go at once and a CUDA graph can capture the copy. Above
+  /// upload_async_max_bytes, upload().
   template <class T>
   static buffer<T> upload_async(const cuda_backend& be, std::span<const T> host) {
+    if (host.size_bytes() > upload_async_max_bytes) return upload(be, host);
     buffer<T> b(static_cast<index_t>(host.size()), be.stream);
     if (!host.empty()) detail::enqueue_host_copy(b.data(), host, be.stream);
     return b;

@@ -21,6 +21,7 @@
 #include "dsa/cuda/launch.cuh"
 #include "dsa/cuda/memory.hpp"
 #include "dsa/model/cuda/host_copy.cuh"
+#include "dsa/model/cuda/layer_memory.hpp"
 #include "dsa/model/nonfinite.hpp"
 
 DSA_NAMESPACE_BEGIN
@@ -68,12 +69,10 @@ class nonfinite_watch<device_space> {
       for (index_t r = rows[s]; r < rows[s + 1]; ++r) segment_of[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(s);
     }
     words_ = device_buffer<unsigned long long>(static_cast<index_t>(n), stream_);
-    segment_of_ = device_buffer<std::int32_t>(static_cast<index_t>(segment_of.size()), stream_);
-    first_row_ = device_buffer<index_t>(static_cast<index_t>(rows.size()), stream_);
     DSA_CUDA_CHECK(cudaMemsetAsync(words_.data(), 0xFF, words_.size_bytes(), stream_));  // detail::none
-    // As kernel parameters: the host arrays may go at once, and a graph can capture the copies.
-    if (!segment_of.empty()) detail::enqueue_host_copy(segment_of_.data(), std::span<const std::int32_t>(segment_of), stream_);
-    detail::enqueue_host_copy(first_row_.data(), rows, stream_);
+    // Without waiting where they are small (a decode round's): a graph can capture the copies.
+    segment_of_ = layer_memory<cuda_backend>::upload_async(be, std::span<const std::int32_t>(segment_of));
+    first_row_ = layer_memory<cuda_backend>::upload_async(be, rows);
   }
 
   /// The layer being run (set by the transformer before each layer).
