@@ -155,7 +155,7 @@ struct host_place {
 
 #ifdef DSA_PY_CUDA
 /// Makes `device` the current CUDA device for its lifetime (restoring the previous one), or
-/// throws dsa::error when the process sees no CUDA device (no GPU, no driver).
+/// throws dsa::error when the process sees no such device (none at all: no GPU, no driver).
 class device_scope {
  public:
   device_scope(std::string_view op, int device);
@@ -209,17 +209,26 @@ inline constexpr bool is_cuda_place = !std::is_same_v<typename P::space, dsa::ho
 /// layer checked it already, with the same message).
 void check_kernels(std::string_view op, std::string_view kernels);
 
+#ifdef DSA_PY_CUDA
+/// The CUDA kernels a `kernels` argument names (checked as check_kernels does).
+inline dsa::cuda_kernel_path kernel_path(std::string_view op, std::string_view kernels) {
+  check_kernels(op, kernels);
+  return kernels == "exact" ? dsa::cuda_kernel_path::exact : dsa::cuda_kernel_path::fast;
+}
+#endif
+
 /// `p` running the kernels `kernels` names ("fast" or "exact"; checked): a CUDA place with its
 /// backend's kernels set, a host place as it is (the CPU has one set of kernels).
 template <class P>
 P with_kernels(const P& p, std::string_view kernels) {
-  check_kernels(p.op, kernels);
   P c = p;
 #ifdef DSA_PY_CUDA
   if constexpr (is_cuda_place<P>) {
-    c.kernels = kernels == "exact" ? dsa::cuda_kernel_path::exact : dsa::cuda_kernel_path::fast;
+    c.kernels = kernel_path(p.op, kernels);
+    return c;
   }
 #endif
+  check_kernels(p.op, kernels);
   return c;
 }
 

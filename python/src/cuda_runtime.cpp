@@ -14,9 +14,12 @@ namespace dsa_py {
 int cuda_device_count() noexcept { return dsa::device_count(); }
 
 device_scope::device_scope(std::string_view op, int device) {
-  if (cuda_device_count() == 0) {
+  const int n = cuda_device_count();
+  if (device < 0 || device >= n) {
     dsa::fail(op, "device", "cuda:" + std::to_string(device),
-              "a CUDA device; this process sees none (no GPU, or no CUDA driver new enough for this build)");
+              n == 0 ? std::string("a CUDA device; this process sees none (no GPU, or no CUDA driver new enough for "
+                                   "this build)")
+                     : "cuda:0 to cuda:" + std::to_string(n - 1) + " (the devices this process sees)");
   }
   int current = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&current));

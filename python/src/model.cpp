@@ -59,22 +59,6 @@ class py_transformer {
 #ifdef DSA_PY_CUDA
 using cuda_transformer = dsa::model::transformer<dsa::cuda_backend>;
 
-/// Checks a `device` index against the devices this process sees (none: the "no device" error).
-void check_cuda_device(std::string_view op, int device) {
-  const int n = cuda_device_count();
-  if (device < 0 || device >= n) {
-    dsa::fail(op, "device", "cuda:" + std::to_string(device),
-              n == 0 ? std::string("a CUDA device; this process sees none (no GPU, or no CUDA driver new enough for "
-                                   "this build)")
-                     : "cuda:0 to cuda:" + std::to_string(n - 1) + " (the devices this process sees)");
-  }
-}
-
-dsa::cuda_kernel_path kernel_path(std::string_view op, std::string_view kernels) {
-  check_kernels(op, kernels);
-  return kernels == "exact" ? dsa::cuda_kernel_path::exact : dsa::cuda_kernel_path::fast;
-}
-
 /// A CUDA transformer on one device and a stream of its own, with the same lock. Every call makes
 /// its device current for the call (Python threads may have switched devices between calls),
 /// and so does the destructor, which frees the weights and handles before the stream.
@@ -312,7 +296,6 @@ nb::dict validate_model_cuda(const std::string& dir, int device, const std::stri
   constexpr std::string_view op = "validate_model";
   const dsa::cuda_kernel_path path = kernel_path(op, kernels);
   const std::filesystem::path p = path_arg(op, "dir", dir);
-  check_cuda_device(op, device);
   dsa_validate::model_case_result r;
   std::string backend;
   {
@@ -494,8 +477,7 @@ void bind_model(nb::module_& m) {
            constexpr std::string_view op = "Transformer.load";
            const dsa::cuda_kernel_path path = kernel_path(op, kernels);
            const std::filesystem::path p = path_arg(op, "dir", dir);
-           check_cuda_device(op, device);
-           std::unique_ptr<py_cuda_transformer> t;
+           std::unique_ptr<py_cuda_transformer> t;  // its device_scope checks `device`
            {
              nogil release;
              t = std::make_unique<py_cuda_transformer>(p, device, num_layers, path);
